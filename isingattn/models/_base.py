@@ -247,6 +247,19 @@ class ModelBase:
             kwargs[name] = arr[index]
         return type(self)(**kwargs)
 
+    def flatten_batch(self):
+        """The same models with every parameter broadcast to the full batch and the batch
+        flattened to one leading axis of size ``prod(batch_shape)`` (1 for a single model), ready
+        for ``jax.vmap``. Costs a copy of ``J`` per model when ``J`` was shared."""
+        batch = self.batch_shape
+        size = int(np.prod(batch, dtype=int))
+        kwargs = self._constructor_kwargs()
+        for name, event in self._batched_fields():
+            arr = kwargs[name]
+            ev = arr.shape[arr.ndim - event :]
+            kwargs[name] = jnp.broadcast_to(arr, batch + ev).reshape((size,) + ev)
+        return type(self)(**kwargs, validate=False)
+
     def __len__(self):
         if not self.batch_shape:
             raise TypeError("len() of a single model (batch_shape ())")
