@@ -76,6 +76,15 @@ def _quad(B, W):
     return 0.5 * jnp.sum((B @ W) * B, axis=-1)
 
 
+def _subset_sums(F, k):
+    """``T[..., l] = sum_i F[..., i] * bit_i(l)`` for all ``2^k`` low states, by doubling:
+    two additions per state instead of a length-k dot product (a small-K matmul is slow)."""
+    T = jnp.zeros(F.shape[:-1] + (1,), F.dtype)
+    for i in range(k):
+        T = jnp.concatenate([T, T + F[..., i : i + 1]], axis=-1)
+    return T
+
+
 def _chunk_logw(a, W, c, k, chunk, j, BL, gL):
     """Log-weights of high-chunk ``j``: shape (chunk, 2^k), and the chunk's high bits."""
     nh = a.shape[-1] - k
@@ -83,7 +92,7 @@ def _chunk_logw(a, W, c, k, chunk, j, BL, gL):
     BH = _bits(idx, nh, a.dtype)
     gH = BH @ a[k:] + _quad(BH, W[k:, k:]) + c
     F = BH @ W[k:, :k]
-    return gH[:, None] + gL[None, :] + F @ BL.T, BH
+    return gH[:, None] + gL[None, :] + _subset_sums(F, k), BH
 
 
 def _low_table(a, W, k):
@@ -99,7 +108,7 @@ class _Stats(NamedTuple):
     best_index: jax.Array
 
 
-def _stats_one(a, W, c, *, want_corr: bool):
+def _stats_one(a, W, c, *, want_corr: bool, want_best: bool):
     n = a.shape[-1]
     k, nh, chunk, nchunks = _layout(n)
     BL, gL = _low_table(a, W, k)
@@ -123,10 +132,13 @@ def _stats_one(a, W, c, *, want_corr: bool):
             col=carry["col"] * scale + jnp.sum(w, axis=0),
             muH=carry["muH"] * scale + row @ BH,
         )
-        flat = jnp.argmax(logw).astype(jnp.int32)
-        better = mc > carry["best"]
-        out["best"] = jnp.where(better, mc, carry["best"])
-        out["arg"] = jnp.where(better, j * (chunk << k) + flat, carry["arg"])
+        if want_best:
+            flat = jnp.argmax(logw).astype(jnp.int32)
+            better = mc > carry["best"]
+            out["best"] = jnp.where(better, mc, carry["best"])
+            out["arg"] = jnp.where(better, j * (chunk << k) + flat, carry["arg"])
+        else:
+            out["best"], out["arg"] = carry["best"], carry["arg"]
         if want_corr:
             out["MHL"] = carry["MHL"] * scale + BH.T @ w
             out["CHH"] = carry["CHH"] * scale + BH.T @ (row[:, None] * BH)
@@ -149,10 +161,9 @@ def _group_size(n):
     return max(1, _TILE // (chunk << k))
 
 
-@functools.partial(jax.jit, static_argnames=("want_corr",))
-def _stats_batch(a, W, c, want_corr):
+def _stats_batch(a, W, c, want_corr, want_best=False):
     n = a.shape[-1]
-    fn = functools.partial(_stats_one, want_corr=want_corr)
+    fn = functools.partial(_stats_one, want_corr=want_corr, want_best=want_best)
     return jax.lax.map(lambda t: fn(*t), (a, W, c), batch_size=_group_size(n))
 
 
@@ -162,9 +173,11 @@ def _flat(model):
     return a.reshape(-1, n), W.reshape(-1, n, n), c.reshape(-1), model.batch_shape
 
 
-def _stats(model, want_corr):
+@functools.partial(jax.jit, static_argnames=("want_corr", "want_best"))
+def _stats(model, want_corr, want_best=False):
+    # the whole pipeline, model conversion included, is one compiled program
     a, W, c, batch = _flat(model)
-    st = _stats_batch(a, W, c, want_corr)
+    st = _stats_batch(a, W, c, want_corr, want_best)
     return jax.tree_util.tree_map(lambda x: x.reshape(batch + x.shape[1:]), st)
 
 
@@ -199,6 +212,11 @@ def moments(model: ModelBase, *, correlations: bool = True) -> Moments:
     Masked variables sit at the low value: their marginal is -1 (SPIN) or 0 (BINARY).
     """
     _check_size(model, MAX_ENUMERATION_N, "exact moments")
+    return _moments(model, correlations)
+
+
+@functools.partial(jax.jit, static_argnames=("correlations",))
+def _moments(model, correlations):
     st = _stats(model, correlations)
     mean, corr = _to_vartype_moments(model, st.mean_bits, st.corr_bits)
     energy = None
@@ -262,12 +280,18 @@ def ground_state(model: ModelBase):
     """A minimum-energy state and its energy: ``(states batch + (n,), energies batch)``.
     Ties go to the lowest state index. Masked variables are at the low value."""
     _check_size(model, MAX_ENUMERATION_N, "ground_state")
-    st = _stats(model, False)
+    st = _stats(model, False, True)
     states = index_to_state(st.best_index, model.n, model.vartype).astype(model.dtype)
     return states, model.energy(states)
 
 
 @jax.jit
+def _probabilities(model):
+    a, W, c, batch = _flat(model)
+    logw = _log_weights_batch(a, W, c)
+    return jax.nn.softmax(logw, axis=-1).reshape(batch + (1 << model.n,))
+
+
 def _log_weights_batch(a, W, c):
     n = a.shape[-1]
     k, nh, chunk, nchunks = _layout(n)
@@ -286,12 +310,16 @@ def probabilities(model: ModelBase) -> jax.Array:
     ``i`` takes bit ``i`` of ``k``. States with a masked variable off its low value have
     probability 0."""
     _check_size(model, MAX_PROBABILITIES_N, "probabilities")
-    a, W, c, batch = _flat(model)
-    logw = _log_weights_batch(a, W, c)
-    return jax.nn.softmax(logw, axis=-1).reshape(batch + (1 << model.n,))
+    return _probabilities(model)
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
+def _sample_indices(model, key, num_samples):
+    a, W, c, batch = _flat(model)
+    keys = jax.random.split(key, a.shape[0])
+    return _sample_batch(keys, a, W, c, num_samples).reshape(batch + (num_samples,))
+
+
 def _sample_batch(keys, a, W, c, num_samples):
     """Two-level exact sampling: high bits from their marginal (row sums), then low bits from
     the conditional row; memory ``O(2^(n-k) + num_samples * 2^k)`` per model."""
@@ -329,10 +357,7 @@ def sample(model: ModelBase, key, num_samples: int) -> jax.Array:
 
     num_samples = check_positive_int("num_samples", num_samples)
     _check_size(model, MAX_ENUMERATION_N, "exact sampling")
-    a, W, c, batch = _flat(model)
-    keys = jax.random.split(key, a.shape[0])
-    idx = _sample_batch(keys, a, W, c, num_samples)
-    states = index_to_state(idx, model.n, model.vartype).astype(model.dtype)
-    return states.reshape(batch + (num_samples, model.n))
+    idx = _sample_indices(model, key, num_samples)
+    return index_to_state(idx, model.n, model.vartype).astype(model.dtype)
 
 
