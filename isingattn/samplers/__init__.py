@@ -3,12 +3,14 @@ num_chains=1, ...) -> Samples``. Every backend is also a dimod sampler through
 :func:`as_dimod_sampler`, and any dimod sampler is one of ours through :class:`DimodSampler`."""
 
 from ._base import TIMING_KEYS, Sampler, Samples, check_key, key_from_seed, seed_from_key
+from ._diabatic import DiabaticAnnealingSampler
 from ._dimod import DimodSampler, as_dimod_sampler
 from ._exact import ExactSampler
 
 #: Backends by name (CLI and comparisons). Adding a backend: its file, this table, ``__all__``.
 BACKENDS: dict[str, type[Sampler]] = {
     "exact": ExactSampler,
+    "diabatic": DiabaticAnnealingSampler,
 }
 
 
@@ -23,4 +25,5 @@ __all__ = [
     "BACKENDS", "get_sampler",
     "Sampler", "Samples", "TIMING_KEYS", "check_key", "seed_from_key", "key_from_seed",
     "ExactSampler", "DimodSampler", "as_dimod_sampler",
+    "DiabaticAnnealingSampler",
 ]

@@ -36,6 +36,10 @@ def as_dimod_sampler(sampler: Sampler, **defaults):
             self._parameters.update({k: list(v) for k, v in sampler.parameters.items()})
             self._properties = {"backend": type(sampler).__name__, **dict(sampler.properties)}
 
+        def __repr__(self):
+            # stable across processes: dimod's generated test names embed it
+            return f"as_dimod_sampler({sampler!r})"
+
         @property
         def parameters(self):
             return self._parameters

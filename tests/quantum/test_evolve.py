@@ -1,0 +1,223 @@
+"""State-vector simulation: limits, unitarity, an independent ODE / expm check, masks, batches,
+vartypes and bad input. Deterministic (no sampling): tolerances are numerical error bounds."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.sparse
+import scipy.sparse.linalg
+
+from isingattn import exact
+from isingattn.models import IsingModel, chain, random_dense
+from isingattn.quantum import (
+    MAX_QUBITS,
+    _evolve,
+    dwave_like_schedule,
+    final_state,
+    linear_schedule,
+    output_distribution,
+)
+
+
+def _model(n, seed, scale=1.0, dtype=np.float32, mask=None):
+    rng = np.random.default_rng(seed)
+    h = scale * rng.normal(size=n)
+    J = np.triu(scale * rng.normal(size=(n, n)), 1)
+    return IsingModel(h=h.astype(dtype), J=(J + J.T).astype(dtype), beta=0.7, offset=0.3,
+                      mask=mask)
+
+
+def _hamiltonian_parts(model):
+    """Dense reference: X = sum_i X_i and the diagonal H_P = E + offset over 2^n states."""
+    n = model.n
+    states = np.asarray(exact.enumerate_states(n, "SPIN"), float)
+    spin = model.to_vartype("SPIN")
+    E = np.asarray(spin.energy(states), float) + float(spin.offset)
+    idx = np.arange(2**n)
+    rows = np.concatenate([idx ^ (1 << i) for i in range(n)])
+    X = scipy.sparse.csr_matrix((np.ones(n * 2**n), (rows, np.tile(idx, n))), (2**n, 2**n))
+    return X, E
+
+
+def _reference_ode(model, schedule, t_a):
+    X, E = _hamiltonian_parts(model)
+
+    def rhs(t, y):
+        A, B = schedule(t / t_a)
+        return -2j * np.pi * (-(A / 2) * (X @ y) + (B / 2) * E * y)
+
+    y0 = np.full(2**model.n, 2 ** (-model.n / 2), complex)
+    sol = scipy.integrate.solve_ivp(rhs, (0, t_a), y0, method="DOP853", rtol=1e-12, atol=1e-12)
+    return sol.y[:, -1]
+
+
+def _reference_expm(model, schedule, t_a, pieces):
+    """Piecewise-constant H (midpoint of each piece), each piece by expm_multiply."""
+    X, E = _hamiltonian_parts(model)
+    D = scipy.sparse.diags(E)
+    y = np.full(2**model.n, 2 ** (-model.n / 2), complex)
+    dt = t_a / pieces
+    for k in range(pieces):
+        A, B = schedule((k + 0.5) / pieces)
+        H = -(A / 2) * X + (B / 2) * D
+        y = scipy.sparse.linalg.expm_multiply(-2j * np.pi * dt * H, y)
+    return y
+
+
+@pytest.mark.parametrize("schedule,t_a", [(linear_schedule(1.0, 1.5), 3.0),
+                                          (dwave_like_schedule(), 0.4)])
+def test_amplitudes_match_scipy_ode_and_expm(schedule, t_a):
+    with jax.enable_x64(True):
+        model = _model(4, 0, dtype=np.float64)
+        ours = np.asarray(final_state(model, schedule, t_a, tolerance=1e-9))
+        ode = _reference_ode(model, schedule, t_a)
+        # piecewise-constant expm: second order in the piece length, 400 pieces -> ~1e-5
+        pw = _reference_expm(model, schedule, t_a, 400)
+    assert ours.dtype == np.complex128
+    # amplitudes, global phase included (H_P = E + offset on both sides)
+    np.testing.assert_allclose(ours, ode, atol=2e-7)
+    np.testing.assert_allclose(pw, ode, atol=1e-4)
+    np.testing.assert_allclose(ours, pw, atol=1e-4)
+
+
+def test_default_precision_amplitudes_within_tolerance():
+    # float32 / complex64 by default; the automatic step count targets an error ~1e-4
+    model = _model(4, 1)
+    sched = linear_schedule(1.0, 1.0)
+    ours = np.asarray(final_state(model, sched, 2.0))
+    assert ours.dtype == np.complex64
+    np.testing.assert_allclose(ours, _reference_ode(model, sched, 2.0), atol=3e-4)
+
+
+@pytest.mark.parametrize("order", [2, 4])
+def test_convergence_order(order):
+    # error(N) / error(2N) -> 2^order
+    with jax.enable_x64(True):
+        model = _model(3, 2, dtype=np.float64)
+        sched = linear_schedule(1.0, 1.0)
+        ref = _reference_ode(model, sched, 2.0)
+        errs = [np.abs(np.asarray(final_state(model, sched, 2.0, num_steps=N, order=order)) - ref)
+                .max() for N in (40, 80)]
+    assert errs[0] / errs[1] == pytest.approx(2**order, rel=0.15)
+
+
+def test_norm_conserved():
+    model = _model(6, 3)
+    ev = _evolve.evolve(model, dwave_like_schedule(), 1.0, num_steps=2000)
+    norm = float(jnp.sum(jnp.abs(ev.amplitudes) ** 2))
+    assert abs(norm - 1) < 1e-4  # float32 rounding over 6000 substeps
+    with jax.enable_x64(True):
+        ev = _evolve.evolve(_model(6, 3, dtype=np.float64), dwave_like_schedule(), 1.0,
+                            num_steps=2000)
+        assert abs(float(jnp.sum(jnp.abs(ev.amplitudes) ** 2)) - 1) < 1e-12
+
+
+def test_zero_and_short_anneal_give_uniform():
+    model = _model(5, 4)
+    p0 = np.asarray(output_distribution(model, "dwave_like", 0.0))
+    np.testing.assert_allclose(p0, 1 / 32, atol=1e-7)
+    p = np.asarray(output_distribution(model, "dwave_like", 1e-3))
+    tv = 0.5 * np.abs(p - 1 / 32).sum()
+    assert tv < 1e-3  # O(t_a^2): ~4e-5 here
+
+
+def test_long_anneal_reaches_ground_state():
+    # n = 4 with fields: unique ground state, minimum gap 0.247 GHz on the linear schedule
+    # (checked below); t_a = 50 ns >> 1 / gap^2 leaves 6e-4 in excited states
+    model = _model(4, 0)
+    X, E = _hamiltonian_parts(model)
+    Xd = X.toarray()
+    gaps = [np.diff(np.linalg.eigvalsh(-(1 - s) / 2 * Xd + s / 2 * np.diag(E))[:2])[0]
+            for s in np.linspace(0, 1, 101)]
+    assert min(gaps) > 0.2
+    gs, _ = exact.ground_state(model)
+    gi = int(exact.state_to_index(gs, "SPIN"))
+    p = np.asarray(output_distribution(model, linear_schedule(1.0, 1.0), 50.0))
+    assert p[gi] > 0.999
+    # and a short anneal does not
+    p = np.asarray(output_distribution(model, linear_schedule(1.0, 1.0), 1.0))
+    assert p[gi] < 0.5
+
+
+def test_masked_variables_left_out_and_low():
+    mask = np.array([True, False, True, True, False])
+    model = _model(5, 5, mask=mask)
+    reduced = _model(5, 5)
+    keep = np.nonzero(mask)[0]
+    reduced = IsingModel(h=np.asarray(reduced.h)[keep],
+                         J=np.asarray(reduced.J)[np.ix_(keep, keep)], offset=0.3)
+    amp = np.asarray(final_state(model, "dwave_like", 0.3, num_steps=200))
+    amp_r = np.asarray(final_state(reduced, "dwave_like", 0.3, num_steps=200))
+    assert _evolve.prepare(model).num_qubits == 3
+    states = np.asarray(exact.enumerate_states(5, "SPIN"))
+    off_low = np.any(states[:, ~mask] != -1, axis=1)
+    assert np.all(amp[off_low] == 0)
+    red_idx = np.asarray(exact.state_to_index(states[~off_low][:, keep], "SPIN"))
+    np.testing.assert_allclose(amp[~off_low], amp_r[red_idx], atol=1e-6)
+
+
+def test_batch_with_different_masks_matches_one_by_one():
+    base = random_dense(jax.random.key(2), 5, batch_shape=(3,))
+    masks = jnp.array([[1, 1, 1, 1, 1], [1, 0, 1, 0, 1], [0, 1, 1, 1, 0]], bool)
+    model = base.replace(mask=masks)
+    p = np.asarray(output_distribution(model, "linear", 0.8, num_steps=100))
+    assert p.shape == (3, 32)
+    for b in range(3):
+        pb = np.asarray(output_distribution(model[b], "linear", 0.8, num_steps=100))
+        # registers of 5 and 3 qubits: the same arithmetic up to float32 rounding
+        np.testing.assert_allclose(p[b], pb, rtol=1e-5, atol=1e-6)
+
+
+def test_binary_and_sparse_models():
+    spin = chain(5, J=0.7, h=0.2)
+    p_sparse = np.asarray(output_distribution(spin, "linear", 0.7))
+    p_dense = np.asarray(output_distribution(spin.to_dense(), "linear", 0.7))
+    np.testing.assert_allclose(p_sparse, p_dense, atol=1e-6)
+    # BINARY: same table layout (bit 1 = +1 = 1), same physics up to a constant in H_P
+    binary = spin.to_dense().to_vartype("BINARY")
+    np.testing.assert_allclose(np.asarray(output_distribution(binary, "linear", 0.7)),
+                               p_dense, atol=1e-6)
+
+
+def test_beta_and_offset_do_not_matter():
+    m = _model(4, 6)
+    p1 = np.asarray(output_distribution(m, "linear", 1.0))
+    p2 = np.asarray(output_distribution(m.replace(beta=3.0, offset=-2.0), "linear", 1.0))
+    np.testing.assert_allclose(p1, p2, atol=1e-6)
+
+
+def test_bad_input():
+    big = IsingModel(h=np.zeros(MAX_QUBITS + 1), J=np.zeros((MAX_QUBITS + 1,) * 2))
+    with pytest.raises(ValueError, match=rf"at most {MAX_QUBITS} active .* has 23 active"):
+        output_distribution(big, "linear", 1.0)
+    m = _model(3, 0)
+    with pytest.raises(ValueError, match="annealing_time must be finite and >= 0"):
+        output_distribution(m, "linear", -1.0)
+    with pytest.raises(ValueError, match="annealing_time"):
+        output_distribution(m, "linear", float("nan"))
+    with pytest.raises(ValueError, match="order must be one of"):
+        output_distribution(m, "linear", 1.0, order=3)
+    with pytest.raises(ValueError, match="num_steps must be an integer >= 1"):
+        output_distribution(m, "linear", 1.0, num_steps=0)
+    with pytest.raises(ValueError, match="schedule must be"):
+        output_distribution(m, "nonsense", 1.0)
+    with pytest.raises(ValueError, match="tolerance must be"):
+        output_distribution(m, "linear", 1.0, tolerance=0.0)
+    # many variables but few active: simulated on the active ones only
+    mask = np.zeros(30, bool)
+    mask[:3] = True
+    wide = IsingModel(h=np.ones(30), J=np.zeros((30, 30)), mask=mask)
+    assert _evolve.prepare(wide).num_qubits == 3
+    with pytest.raises(ValueError, match="n <= 24"):
+        output_distribution(wide, "linear", 1.0)
+
+
+def test_no_recompile_for_new_times_steps_or_schedules():
+    m = _model(4, 7)
+    output_distribution(m, "linear", 0.5, num_steps=70)
+    before = _evolve._evolve_batch._cache_size()
+    output_distribution(m, "linear", 1.5, num_steps=90)
+    output_distribution(m.replace(h=np.ones(4, np.float32)), linear_schedule(2.0, 0.5), 0.7)
+    assert _evolve._evolve_batch._cache_size() == before
