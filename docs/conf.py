@@ -17,3 +17,4 @@ napoleon_google_docstring = True
 html_theme = "alabaster"
 suppress_warnings = ["myst.header"]
 nitpicky = False
+autodoc_inherit_docstrings = False  # inherited dict attributes would render dict.__doc__

@@ -12,6 +12,7 @@ COMMANDS = {
     "demo": "._demo",
     "exact": "._exact",
     "sample": "._sample",
+    "compare": "._compare",
 }
 
 
