@@ -17,9 +17,23 @@ from ._enumerate import (
     sample,
     state_to_index,
 )
+from ._transfer import (
+    MAX_TRANSFER_FULL_CORRELATIONS_N,
+    MAX_TRANSFER_LOG2_STATES,
+    TransferMoments,
+    bandwidth,
+    transfer_correlations,
+    transfer_log_partition,
+    transfer_marginals,
+    transfer_moments,
+    transfer_sample,
+)
 
 __all__ = [
     "MAX_ENUMERATION_N", "MAX_PROBABILITIES_N", "Moments", "moments", "log_partition",
     "marginals", "correlations", "mean_energy", "probabilities", "ground_state", "sample",
     "enumerate_states", "index_to_state", "state_to_index",
+    "MAX_TRANSFER_LOG2_STATES", "MAX_TRANSFER_FULL_CORRELATIONS_N", "TransferMoments",
+    "bandwidth", "transfer_log_partition", "transfer_marginals", "transfer_correlations",
+    "transfer_moments", "transfer_sample",
 ]

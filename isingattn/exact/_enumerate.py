@@ -51,7 +51,9 @@ def bit_form(model: ModelBase):
     beta = dense.beta
     a = beta[..., None] * dense.active_h
     a = jnp.where(dense.mask, a, -_BIG)
-    W = beta[..., None, None] * dense.active_J
+    J = dense.active_J
+    # symmetrize: same values for a valid model, but gradients w.r.t. J come out symmetric
+    W = beta[..., None, None] * 0.5 * (J + jnp.swapaxes(J, -1, -2))
     c = beta * dense.offset
     n = model.n
     return (

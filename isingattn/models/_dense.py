@@ -110,7 +110,9 @@ class IsingModel(ModelBase):
         return jnp.where(m[..., :, None] & m[..., None, :], self.J, 0)
 
     def _coupling_row_sums(self):
-        return jnp.sum(self.active_J, axis=-1)
+        # row and column sums averaged: equal for symmetric J, and the gradient stays symmetric
+        J = self.active_J
+        return 0.5 * (jnp.sum(J, axis=-1) + jnp.sum(J, axis=-2))
 
     def _coupling_total(self):
         return 0.5 * jnp.sum(self.active_J, axis=(-2, -1))

@@ -6,11 +6,13 @@ from ._base import TIMING_KEYS, Sampler, Samples, check_key, key_from_seed, seed
 from ._diabatic import DiabaticAnnealingSampler
 from ._dimod import DimodSampler, as_dimod_sampler
 from ._exact import ExactSampler
+from ._transfer import TransferMatrixSampler
 
 #: Backends by name (CLI and comparisons). Adding a backend: its file, this table, ``__all__``.
 BACKENDS: dict[str, type[Sampler]] = {
     "exact": ExactSampler,
     "diabatic": DiabaticAnnealingSampler,
+    "transfer": TransferMatrixSampler,
 }
 
 
@@ -26,4 +28,5 @@ __all__ = [
     "Sampler", "Samples", "TIMING_KEYS", "check_key", "seed_from_key", "key_from_seed",
     "ExactSampler", "DimodSampler", "as_dimod_sampler",
     "DiabaticAnnealingSampler",
+    "TransferMatrixSampler",
 ]

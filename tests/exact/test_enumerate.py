@@ -152,3 +152,13 @@ def test_too_large_names_limit_and_alternatives():
         exact.sample(chain(4), jax.random.key(0), 0)
     with pytest.raises(TypeError, match="IsingModel or SparseIsingModel"):
         exact.marginals(np.zeros((3, 3)))
+
+
+def test_gradient_of_log_partition_is_symmetric_and_equals_correlations():
+    # d log Z / d J_ij over the symmetric pair (i, j), (j, i) is beta <x_i x_j>: each entry half
+    model = random_dense(jax.random.key(8), 6, beta=0.7)
+    g = jax.grad(lambda J: exact.log_partition(IsingModel(model.h, J, beta=0.7)))(model.J)
+    np.testing.assert_allclose(g, g.T, atol=1e-6)
+    corr = np.asarray(exact.correlations(model))
+    off = ~np.eye(6, dtype=bool)
+    np.testing.assert_allclose(np.asarray(g)[off], 0.5 * 0.7 * corr[off], atol=2e-5)

@@ -22,7 +22,7 @@ import pytest
 
 from isingattn import exact
 from isingattn.models import IsingModel, chain, random_dense, square_lattice
-from isingattn.samplers import ExactSampler
+from isingattn.samplers import ExactSampler, TransferMatrixSampler
 
 from .._stats import assert_chi2_matches, assert_mean_within_mcse, ess
 
@@ -65,6 +65,7 @@ CASES = {
 # (id, factory, sample options, num_samples, num_chains, unsupported tags)
 BACKENDS = [
     ("exact", ExactSampler, {}, 2000, 4, set()),
+    ("transfer", TransferMatrixSampler, {}, 2000, 4, set()),
 ]
 
 

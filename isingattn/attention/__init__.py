@@ -1,0 +1,51 @@
+"""Boltzmann attention: an attention layer whose pattern over keys is drawn from an Ising model
+with data-dependent fields and (learnable) couplings.
+
+Three levels, importable separately:
+
+- the function :func:`boltzmann_attention` (``jax.nn.dot_product_attention`` calling
+  convention), with :class:`Couplings` and the inference methods (``"exact"``, ``"transfer"``,
+  ``"mean_field"`` / :class:`MeanField`, :func:`sampled`); importing these does not import flax;
+- the Flax NNX module :class:`BoltzmannMultiHeadAttention`;
+- the small pre-norm transformer :class:`TransformerLM`.
+
+The module and the transformer are loaded on first access (they import flax).
+"""
+
+from ._couplings import KINDS, STRUCTURES, Couplings, CouplingSpec
+from ._function import READOUTS, AttentionInfo, boltzmann_attention
+from ._methods import MAX_EXACT_KEYS, Exact, MeanField, Sampled, Transfer, sampled
+
+_LAZY = {
+    "BoltzmannMultiHeadAttention": "._nnx",
+    "TransformerLM": "._transformer",
+    "TransformerBlock": "._transformer",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "KINDS",
+    "MAX_EXACT_KEYS",
+    "READOUTS",
+    "STRUCTURES",
+    "AttentionInfo",
+    "BoltzmannMultiHeadAttention",
+    "CouplingSpec",
+    "Couplings",
+    "Exact",
+    "MeanField",
+    "Sampled",
+    "Transfer",
+    "TransformerBlock",
+    "TransformerLM",
+    "boltzmann_attention",
+    "sampled",
+]

@@ -1,0 +1,409 @@
+"""boltzmann_attention: limits, agreement of the inference methods, gradients, bad input.
+
+Deterministic checks compare against closed forms or exact enumeration in float64. Statistical
+checks (sampled methods) use fixed keys; each states its false-failure rate (the chance that a
+correct implementation fails for a random key), Bonferroni-corrected over the entries it tests.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+from isingattn import IsingModel, exact
+from isingattn.attention import (
+    MAX_EXACT_KEYS,
+    Couplings,
+    MeanField,
+    boltzmann_attention,
+    sampled,
+)
+from isingattn.samplers import ExactSampler, GibbsSampler
+
+#: Total false-failure rate allowed to each statistical test (split over its entries).
+TEST_ALPHA = 1e-3
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _qkv(B=2, T=4, N=2, K=1, H=3, S=6, seed=0):
+    k = jax.random.split(jax.random.key(seed), 3)
+    q = jax.random.normal(k[0], (B, T, N, H))
+    kk = jax.random.normal(k[1], (B, S, K, H))
+    v = jax.random.normal(k[2], (B, S, K, H))
+    return q, kk, v
+
+
+def _banded(N=2, r=2, strength=0.8, seed=5, kind="learned"):
+    w = strength * jax.random.normal(jax.random.key(seed), (N, r))
+    c = Couplings.learned(N, "banded", bandwidth=r)
+    return c.replace(w) if kind == "learned" else Couplings.fixed(w, "banded")
+
+
+def _z(alpha_total, m):
+    return float(scipy.stats.norm.isf(alpha_total / (2 * m)))
+
+
+# --------------------------------------------------------------------------------------------
+# softmax readout == jax.nn.dot_product_attention
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "mask_bias", "grouped", "lengths"])
+def test_softmax_readout_equals_dot_product_attention(case):
+    q, k, v = _qkv(B=2, T=5, N=4, K=2 if case == "grouped" else 4, H=3, S=5)
+    kw = {}
+    if case == "causal":
+        kw["is_causal"] = True
+    if case == "mask_bias":
+        kw["mask"] = jax.random.bernoulli(jax.random.key(1), 0.7, (2, 1, 5, 5))
+        kw["bias"] = jax.random.normal(jax.random.key(2), (1, 4, 5, 5))
+    if case == "grouped":
+        kw["is_causal"] = True
+    if case == "lengths":
+        kw["query_seq_lengths"] = jnp.array([3, 5], jnp.int32)
+        kw["key_value_seq_lengths"] = jnp.array([2, 4], jnp.int32)
+    ours = boltzmann_attention(q, k, v, readout="softmax", **kw)
+    ref = jax.nn.dot_product_attention(q, k, v, **kw)
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_softmax_readout_float32_matches_to_float_precision():
+    with jax.enable_x64(False):
+        q, k, v = (x.astype(jnp.float32) for x in _qkv(T=7, S=7, N=2, K=2))
+        ours = boltzmann_attention(q, k, v, readout="softmax", is_causal=True)
+        ref = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=2e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# J = 0: normalized sigmoid attention; b -> -inf: softmax
+
+
+def _sigmoid_attention(q, k, v, b, beta, mask):
+    G = q.shape[2] // k.shape[2]
+    k, v = jnp.repeat(k, G, 2), jnp.repeat(v, G, 2)
+    logits = jnp.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1]) + b
+    w = jnp.where(mask, jax.nn.sigmoid(beta * logits), 0.0)
+    w = w / w.sum(-1, keepdims=True)
+    return jnp.einsum("bnts,bsnh->btnh", w, v)
+
+
+@pytest.mark.parametrize("method", ["exact", "transfer", "mean_field"])
+def test_zero_couplings_is_normalized_sigmoid_attention(method):
+    q, k, v = _qkv(N=2, K=1)
+    mask = jnp.tril(jnp.ones((4, 6), bool))[None, None]
+    ref = _sigmoid_attention(q, k, v, -0.3, 1.7, mask)
+    # Couplings.fixed(0) goes through the full inference path (not the J = 0 shortcut).
+    zero = Couplings.fixed(jnp.zeros((2, 2)), "banded")
+    for c in (None, zero):
+        out = boltzmann_attention(q, k, v, is_causal=True, couplings=c, beta=1.7,
+                                  chemical_potential=-0.3, method=method)
+        np.testing.assert_allclose(out, ref, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("couplings", [None, "banded"])
+def test_bias_to_minus_infinity_converges_to_softmax(couplings):
+    """The deviation from softmax(beta q.k / sqrt(d)) falls like exp(beta b): its log drops by
+    beta per unit of b (first-order term: patterns with two keys, weight e^(2 beta b))."""
+    q, k, v = _qkv(N=2, K=2, T=3, S=5)
+    beta = 0.8
+    c = None if couplings is None else _banded(strength=0.5)
+    ref = jax.nn.dot_product_attention(q, k, v, scale=beta / np.sqrt(q.shape[-1]))
+    bs = np.array([-6.0, -10.0, -14.0, -18.0])
+    errs = []
+    for b in bs:
+        out = boltzmann_attention(q, k, v, couplings=c, beta=beta, chemical_potential=b,
+                                  method="exact")
+        errs.append(float(jnp.max(jnp.abs(out - ref))))
+    errs = np.array(errs)
+    assert np.all(np.diff(errs) < 0), errs
+    slopes = np.diff(np.log(errs)) / np.diff(bs)
+    np.testing.assert_allclose(slopes, beta, rtol=0.05)
+    assert errs[-1] < 1e-5
+
+
+# --------------------------------------------------------------------------------------------
+# methods agree
+
+
+def _exact_marginals(info, c, beta=1.0):
+    S = info.fields.shape[-1]
+    J = c.matrix(S, info.fields.dtype)[:, None]
+    model = IsingModel(h=info.fields, J=J, beta=beta, vartype="BINARY", mask=info.mask)
+    return exact.marginals(model), exact.log_partition(model)
+
+
+def test_exact_method_matches_isingattn_exact():
+    q, k, v = _qkv(N=2, K=1, T=4, S=7)
+    c = Couplings.random(jax.random.key(3), 2, "full", max_length=9, strength=0.7)
+    _, info = boltzmann_attention(q, k, v, couplings=c, beta=1.3, chemical_potential=-0.4,
+                                  is_causal=True, return_weights=True, method="exact")
+    m, logz = _exact_marginals(info, c, beta=1.3)
+    np.testing.assert_allclose(info.marginals, m, atol=1e-12)
+    np.testing.assert_allclose(info.log_partition, logz, rtol=1e-12)
+    np.testing.assert_allclose(info.weights.sum(-1), 1.0, atol=1e-12)
+
+
+def test_transfer_equals_exact_on_banded_couplings():
+    q, k, v = _qkv(B=1, N=2, K=2, T=3, S=8)
+    c = _banded(r=3, strength=1.0)
+    mask = jax.random.bernoulli(jax.random.key(9), 0.8, (1, 1, 3, 8))
+    kw = {"couplings": c, "chemical_potential": jnp.array([-0.5, 0.3]), "beta": 1.2, "mask": mask,
+              "return_weights": True}
+    oe, ie = boltzmann_attention(q, k, v, method="exact", **kw)
+    ot, it = boltzmann_attention(q, k, v, method="transfer", **kw)
+    np.testing.assert_allclose(it.marginals, ie.marginals, atol=1e-12)
+    np.testing.assert_allclose(ot, oe, atol=1e-12)
+
+
+def test_sampled_exact_sampler_marginals_within_monte_carlo_error():
+    """i.i.d. draws: each empirical marginal is Binomial(M, m)/M. False-failure rate 1e-3."""
+    q, k, v = _qkv(B=1, N=2, K=2, T=3, S=8)
+    c = _banded(r=2, strength=1.0)
+    M = 2000
+    kw = {"couplings": c, "chemical_potential": -0.2, "is_causal": False, "return_weights": True}
+    _, ie = boltzmann_attention(q, k, v, method="exact", **kw)
+    _, isamp = boltzmann_attention(q, k, v, method=sampled(ExactSampler(), M),
+                                   rng=jax.random.key(11), **kw)
+    m = np.asarray(ie.marginals)
+    se = np.sqrt(m * (1 - m) / M)
+    z = _z(TEST_ALPHA, m.size)
+    assert np.all(np.abs(np.asarray(isamp.marginals) - m) <= z * se + 1e-12)
+
+
+@pytest.mark.slow
+def test_sampled_gibbs_marginals_within_monte_carlo_error():
+    """Correlated draws: the standard error comes from the spread of 16 independent chain means
+    (t with 15 degrees of freedom). False-failure rate 1e-3 (Bonferroni over all entries)."""
+    q, k, v = _qkv(B=1, N=2, K=2, T=3, S=8)
+    c = _banded(r=3, strength=1.0)
+    C, D = 16, 300
+    kw = {"couplings": c, "chemical_potential": -0.2, "is_causal": True, "return_weights": True}
+    _, ie = boltzmann_attention(q, k, v, method="exact", **kw)
+    _, ig = boltzmann_attention(q, k, v, method=sampled(GibbsSampler(), D, num_chains=C),
+                                rng=jax.random.key(12), **kw)
+    draws = np.asarray(ig.extra["draws"]).reshape(ie.marginals.shape[:-1] + (C, D, 8))
+    chain_means = draws.mean(-2)
+    est = chain_means.mean(-2)
+    se = chain_means.std(-2, ddof=1) / np.sqrt(C)
+    m = np.asarray(ie.marginals)
+    t = float(scipy.stats.t.isf(TEST_ALPHA / (2 * m.size), C - 1))
+    np.testing.assert_allclose(est, ig.marginals, atol=1e-12)
+    assert np.all(np.abs(est - m) <= t * se + 1e-12)
+
+
+def test_mean_field_error_shrinks_with_coupling_strength():
+    """Naive mean field errs at second order in J, TAP at third: halving J divides the
+    marginal error by ~4 and ~8."""
+    q, k, v = _qkv(N=2, K=2, T=3, S=7)
+    pattern = jax.random.normal(jax.random.key(4), (2, 7, 7))
+    errs = {"mf": [], "tap": []}
+    eps = [0.2, 0.1, 0.05]
+    for e in eps:
+        c = Couplings.fixed(e * pattern, "full")
+        kw = {"couplings": c, "chemical_potential": -0.3, "return_weights": True}
+        _, ie = boltzmann_attention(q, k, v, method="exact", **kw)
+        for name, tap in (("mf", False), ("tap", True)):
+            meth = MeanField(tap=tap, tol=1e-13, max_iters=2000)
+            _, im = boltzmann_attention(q, k, v, method=meth, **kw)
+            errs[name].append(float(jnp.max(jnp.abs(im.marginals - ie.marginals))))
+    mf, tap = np.array(errs["mf"]), np.array(errs["tap"])
+    order_mf = np.log2(mf[:-1] / mf[1:])
+    order_tap = np.log2(tap[:-1] / tap[1:])
+    assert np.all(order_mf > 1.8) and np.all(order_mf < 2.3), (mf, order_mf)
+    assert np.all(order_tap > 2.6), (tap, order_tap)
+    assert np.all(tap < mf)
+
+
+# --------------------------------------------------------------------------------------------
+# gradients
+
+
+def _loss_fn(method, q, k, v, c, mask=None, rng=None):
+    w_out = jax.random.normal(jax.random.key(21), q.shape)
+
+    def loss(q, k, v, p, b, beta):
+        o = boltzmann_attention(q, k, v, couplings=c.replace(p), chemical_potential=b,
+                                beta=beta, method=method, mask=mask, rng=rng)
+        return jnp.sum(w_out * jnp.tanh(o))
+
+    return loss
+
+
+def _check_fd(loss, args, eps=1e-6, rtol=1e-6):
+    grads = jax.grad(loss, argnums=tuple(range(len(args))))(*args)
+    for i, (a, g) in enumerate(zip(args, grads)):
+        d = jax.random.normal(jax.random.key(100 + i), jnp.shape(a))
+        plus = list(args)
+        minus = list(args)
+        plus[i] = a + eps * d
+        minus[i] = a - eps * d
+        fd = (loss(*plus) - loss(*minus)) / (2 * eps)
+        an = jnp.sum(g * d)
+        assert abs(float(fd - an)) <= rtol * max(1.0, abs(float(an))), (i, float(fd), float(an))
+
+
+@pytest.mark.parametrize("method", ["exact", "transfer", "mean_field", "unrolled", "tap"])
+def test_gradients_match_finite_differences(method):
+    q, k, v = _qkv(B=1, N=2, K=1, T=3, S=6)
+    c = _banded(r=2, strength=0.6)
+    meth = {"mean_field": MeanField(tol=1e-14, max_iters=3000),
+            "unrolled": MeanField(implicit=False, max_iters=400),
+            "tap": MeanField(tap=True, tol=1e-14, max_iters=3000)}.get(method, method)
+    mask = jnp.tril(jnp.ones((3, 6), bool))[None, None]
+    loss = _loss_fn(meth, q, k, v, c, mask=mask)
+    _check_fd(loss, (q, k, v, c.params, jnp.array([-0.2, 0.4]), jnp.array(1.1)),
+              rtol=1e-6 if method in ("exact", "transfer") else 1e-5)
+
+
+def test_mean_field_implicit_and_unrolled_gradients_agree():
+    q, k, v = _qkv(B=1, N=2, K=1, T=3, S=6)
+    c = _banded(r=2, strength=0.6)
+    g1 = jax.grad(_loss_fn(MeanField(tol=1e-14, max_iters=3000), q, k, v, c), argnums=3)(
+        q, k, v, c.params, -0.2, 1.0)
+    g2 = jax.grad(_loss_fn(MeanField(implicit=False, max_iters=400), q, k, v, c), argnums=3)(
+        q, k, v, c.params, -0.2, 1.0)
+    np.testing.assert_allclose(g1, g2, rtol=1e-9, atol=1e-12)
+
+
+def _fdt_check(readout, loss_of_info, R=40, M=64):
+    """Average FDT gradient over R keys vs the exact gradient: per entry a t-test with R - 1
+    degrees of freedom, Bonferroni over entries. False-failure rate TEST_ALPHA."""
+    q, k, v = _qkv(B=1, N=2, K=1, T=3, S=5)
+    c = _banded(r=2, strength=0.9)
+    mask = jnp.tril(jnp.ones((3, 5), bool), k=2)[None, None]
+
+    def make(method, rng=None):
+        def f(q, v, p, b, beta):
+            o, info = boltzmann_attention(q, k, v, couplings=c.replace(p), chemical_potential=b,
+                                          beta=beta, method=method, rng=rng, mask=mask,
+                                          readout=readout, return_weights=True)
+            return loss_of_info(o, info)
+        return f
+
+    args = (q, v, c.params, jnp.array([-0.3, 0.2]), jnp.array(1.2))
+    argnums = tuple(range(len(args)))
+    if readout == "marginal":
+        exact_f = make("exact")
+    else:
+        exact_f = _expected_sample_loss(k, c, mask, loss_of_info)
+    exact_g = jax.grad(exact_f, argnums=argnums)(*args)
+    meth = sampled(ExactSampler(), M)
+
+    @jax.jit
+    def one(key):
+        return jax.grad(make(meth, key), argnums=argnums)(*args)
+
+    draws = [one(kk) for kk in jax.random.split(jax.random.key(7), R)]
+    flat_exact = np.concatenate([np.ravel(g) for g in exact_g])
+    flat = np.stack([np.concatenate([np.ravel(g) for g in d]) for d in draws])
+    mean, se = flat.mean(0), flat.std(0, ddof=1) / np.sqrt(R)
+    t = float(scipy.stats.t.isf(TEST_ALPHA / (2 * flat.shape[1]), R - 1))
+    assert np.all(np.abs(mean - flat_exact) <= t * se + 1e-10), np.max(
+        np.abs(mean - flat_exact) / (se + 1e-12))
+    # the estimates are not trivially noisy: the mean is informative
+    assert np.linalg.norm(mean - flat_exact) < 0.5 * np.linalg.norm(flat_exact)
+
+
+def _expected_sample_loss(k, c, mask, loss_of_info):
+    """Exact E[sum_j s_j v_j / max(1, |s|)] by enumerating patterns (small S)."""
+    def f(q, v, p, b, beta):
+        _, info = boltzmann_attention(q, k, v, couplings=c.replace(p), chemical_potential=b,
+                                      beta=beta, mask=mask, method="exact",
+                                      return_weights=True)
+        S = k.shape[1]
+        J = c.replace(p).matrix(S, info.fields.dtype)[:, None]
+        model = IsingModel(h=info.fields, J=J, beta=beta, vartype="BINARY", mask=info.mask,
+                           validate=False)
+        probs = exact.probabilities(model)  # (B, N, T, 2^S)
+        X = exact.enumerate_states(S, "BINARY").astype(probs.dtype)
+        phi = X / jnp.maximum(1.0, X.sum(-1, keepdims=True))
+        w = probs @ phi
+        o = jnp.einsum("bnts,bsnh->btnh", w, jnp.repeat(v, q.shape[2] // v.shape[2], 2))
+        return loss_of_info(o, info._replace(weights=w))
+    return f
+
+
+def test_fdt_gradients_unbiased_marginal_readout():
+    """Loss linear in the marginals: the FDT estimator is unbiased for every parameter."""
+    c_m = jax.random.normal(jax.random.key(31), (1, 2, 3, 5))
+    _fdt_check("marginal", lambda o, info: jnp.sum(c_m * info.marginals))
+
+
+def test_fdt_gradients_unbiased_sample_readout():
+    """Loss linear in the layer output of the sample readout: unbiased for every parameter,
+    including the projections' inputs (query) and the values."""
+    w_o = jax.random.normal(jax.random.key(32), (1, 3, 2, 3))
+    _fdt_check("sample", lambda o, info: jnp.sum(w_o * o))
+
+
+def test_sampled_same_key_same_output_different_key_different_output():
+    q, k, v = _qkv(B=1, N=2, K=1, T=3, S=5)
+    c = _banded()
+    meth = sampled(ExactSampler(), 8)
+    a = boltzmann_attention(q, k, v, couplings=c, method=meth, rng=jax.random.key(1))
+    b = boltzmann_attention(q, k, v, couplings=c, method=meth, rng=jax.random.key(1))
+    d = boltzmann_attention(q, k, v, couplings=c, method=meth, rng=jax.random.key(2))
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, d)
+
+
+# --------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_shape_mismatch_names_both_shapes():
+    q, k, v = _qkv(H=3)
+    with pytest.raises(ValueError, match=r"query \(2, 4, 2, 3\).*key \(2, 6, 1, 4\)"):
+        boltzmann_attention(q, jnp.ones((2, 6, 1, 4)), jnp.ones((2, 6, 1, 4)))
+    with pytest.raises(ValueError, match=r"key \(2, 6, 1, 3\) and value \(2, 5, 1, 3\)"):
+        boltzmann_attention(q, k, jnp.ones((2, 5, 1, 3)))
+    with pytest.raises(ValueError, match="multiple of the key/value heads"):
+        boltzmann_attention(jnp.ones((2, 4, 3, 3)), jnp.ones((2, 6, 2, 3)), jnp.ones((2, 6, 2, 3)))
+    with pytest.raises(ValueError, match=r"mask must broadcast to \(B, N, T, S\)"):
+        boltzmann_attention(q, k, v, mask=jnp.ones((3, 1, 4, 6), bool))
+
+
+def test_exact_beyond_limit_names_limit_and_alternatives():
+    S = MAX_EXACT_KEYS + 1
+    q, k, v = _qkv(B=1, T=2, S=S)
+    with pytest.raises(ValueError, match=rf"S <= {MAX_EXACT_KEYS}.*S = {S}.*transfer.*sampled"):
+        boltzmann_attention(q, k, v, couplings=_banded(), method="exact")
+
+
+def test_full_couplings_shorter_than_sequence():
+    q, k, v = _qkv(S=6)
+    c = Couplings.random(jax.random.key(0), 2, "full", max_length=4)
+    with pytest.raises(ValueError, match="max_length=4.*6 keys"):
+        boltzmann_attention(q, k, v, couplings=c)
+
+
+def test_stochastic_method_without_key():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="needs a PRNG key.*rng="):
+        boltzmann_attention(q, k, v, couplings=_banded(), method=sampled(ExactSampler(), 4))
+
+
+def test_other_bad_configurations():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="needs banded couplings"):
+        boltzmann_attention(q, k, v, method="transfer",
+                            couplings=Couplings.random(jax.random.key(0), 2, "relative",
+                                                       max_distance=3))
+    with pytest.raises(ValueError, match="readout='sample'.*sampled"):
+        boltzmann_attention(q, k, v, readout="sample", couplings=_banded())
+    with pytest.raises(ValueError, match="readout must be one of"):
+        boltzmann_attention(q, k, v, readout="argmax")
+    with pytest.raises(ValueError, match="method must be"):
+        boltzmann_attention(q, k, v, method="bp")
+    with pytest.raises(ValueError, match="beta"):
+        boltzmann_attention(q, k, v, beta=-1.0)
+    with pytest.raises(ValueError, match="chemical_potential.*\\(2,\\)"):
+        boltzmann_attention(q, k, v, chemical_potential=jnp.zeros(3))
+    with pytest.raises(ValueError, match="couplings have 3 heads"):
+        boltzmann_attention(q, k, v, couplings=_banded(N=3))
