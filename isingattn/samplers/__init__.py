@@ -7,12 +7,19 @@ from ._diabatic import DiabaticAnnealingSampler
 from ._dimod import DimodSampler, as_dimod_sampler
 from ._exact import ExactSampler
 from ._transfer import TransferMatrixSampler
+from ._annealing import SimulatedAnnealingSampler, anneal, annealing_schedule, default_beta_range
+from ._neal import NealSampler, host_sample_callback
+from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUSampler
 
 #: Backends by name (CLI and comparisons). Adding a backend: its file, this table, ``__all__``.
 BACKENDS: dict[str, type[Sampler]] = {
     "exact": ExactSampler,
     "diabatic": DiabaticAnnealingSampler,
     "transfer": TransferMatrixSampler,
+    "simulated_annealing": SimulatedAnnealingSampler,
+    "neal": NealSampler,
+    "qpu": QPUSampler,
+    "qpu_offline": OfflineQPUSampler,
 }
 
 
@@ -29,4 +36,7 @@ __all__ = [
     "ExactSampler", "DimodSampler", "as_dimod_sampler",
     "DiabaticAnnealingSampler",
     "TransferMatrixSampler",
+    "SimulatedAnnealingSampler", "anneal", "annealing_schedule", "default_beta_range",
+    "NealSampler", "host_sample_callback",
+    "QPUSampler", "OfflineQPUSampler", "QPUConfigurationError",
 ]

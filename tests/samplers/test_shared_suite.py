@@ -22,7 +22,7 @@ import pytest
 
 from isingattn import exact
 from isingattn.models import IsingModel, chain, random_dense, square_lattice
-from isingattn.samplers import ExactSampler, TransferMatrixSampler
+from isingattn.samplers import ExactSampler, SimulatedAnnealingSampler, TransferMatrixSampler
 
 from .._stats import assert_chi2_matches, assert_mean_within_mcse, ess
 
@@ -66,6 +66,12 @@ CASES = {
 BACKENDS = [
     ("exact", ExactSampler, {}, 2000, 4, set()),
     ("transfer", TransferMatrixSampler, {}, 2000, 4, set()),
+    # SA with a constant schedule at each model's beta ("fixed" = custom [beta] * num_sweeps):
+    # every read an independent 256-sweep Metropolis / Gibbs chain from a random state
+    ("sa-fixed-metropolis", SimulatedAnnealingSampler,
+     {"beta_schedule_type": "fixed", "num_sweeps": 256}, 2000, 4, set()),
+    ("sa-fixed-gibbs", SimulatedAnnealingSampler, {"beta_schedule_type": "fixed", "num_sweeps": 256,
+     "proposal_acceptance_criteria": "Gibbs"}, 2000, 4, set()),
 ]
 
 
