@@ -17,6 +17,15 @@ from ._enumerate import (
     sample,
     state_to_index,
 )
+from ._onsager import (
+    BETA_C,
+    kaufman_log_partition,
+    kaufman_mean_energy,
+    kaufman_specific_heat,
+    onsager_energy_per_site,
+    onsager_magnetization,
+    onsager_specific_heat,
+)
 from ._transfer import (
     MAX_TRANSFER_FULL_CORRELATIONS_N,
     MAX_TRANSFER_LOG2_STATES,
@@ -36,4 +45,6 @@ __all__ = [
     "MAX_TRANSFER_LOG2_STATES", "MAX_TRANSFER_FULL_CORRELATIONS_N", "TransferMoments",
     "bandwidth", "transfer_log_partition", "transfer_marginals", "transfer_correlations",
     "transfer_moments", "transfer_sample",
+    "BETA_C", "onsager_energy_per_site", "onsager_magnetization", "onsager_specific_heat",
+    "kaufman_log_partition", "kaufman_mean_energy", "kaufman_specific_heat",
 ]

@@ -3,10 +3,17 @@ num_chains=1, ...) -> Samples``. Every backend is also a dimod sampler through
 :func:`as_dimod_sampler`, and any dimod sampler is one of ours through :class:`DimodSampler`."""
 
 from ._base import TIMING_KEYS, Sampler, Samples, check_key, key_from_seed, seed_from_key
-from ._diabatic import DiabaticAnnealingSampler
 from ._dimod import DimodSampler, as_dimod_sampler
+from ._diabatic import DiabaticAnnealingSampler
 from ._exact import ExactSampler
+from ._colouring import colour_classes
+from ._gibbs import GibbsSampler
+from ._mcmc import MCMCSampler, SingleSiteSampler
+from ._metropolis import MetropolisSampler
+from ._tempering import ParallelTemperingSampler
+from ._swendsen_wang import SwendsenWangSampler
 from ._transfer import TransferMatrixSampler
+from ._wolff import WolffSampler
 from ._annealing import SimulatedAnnealingSampler, anneal, annealing_schedule, default_beta_range
 from ._neal import NealSampler, host_sample_callback
 from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUSampler
@@ -15,7 +22,12 @@ from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUSampler
 BACKENDS: dict[str, type[Sampler]] = {
     "exact": ExactSampler,
     "diabatic": DiabaticAnnealingSampler,
+    "gibbs": GibbsSampler,
+    "metropolis": MetropolisSampler,
+    "parallel_tempering": ParallelTemperingSampler,
+    "swendsen_wang": SwendsenWangSampler,
     "transfer": TransferMatrixSampler,
+    "wolff": WolffSampler,
     "simulated_annealing": SimulatedAnnealingSampler,
     "neal": NealSampler,
     "qpu": QPUSampler,
@@ -34,8 +46,11 @@ __all__ = [
     "BACKENDS", "get_sampler",
     "Sampler", "Samples", "TIMING_KEYS", "check_key", "seed_from_key", "key_from_seed",
     "ExactSampler", "DimodSampler", "as_dimod_sampler",
-    "DiabaticAnnealingSampler",
     "TransferMatrixSampler",
+    "DiabaticAnnealingSampler",
+    "MCMCSampler", "SingleSiteSampler", "GibbsSampler", "MetropolisSampler",
+    "ParallelTemperingSampler", "colour_classes",
+    "SwendsenWangSampler", "WolffSampler",
     "SimulatedAnnealingSampler", "anneal", "annealing_schedule", "default_beta_range",
     "NealSampler", "host_sample_callback",
     "QPUSampler", "OfflineQPUSampler", "QPUConfigurationError",

@@ -22,7 +22,11 @@ import pytest
 
 from isingattn import exact
 from isingattn.models import IsingModel, chain, random_dense, square_lattice
-from isingattn.samplers import ExactSampler, SimulatedAnnealingSampler, TransferMatrixSampler
+from isingattn.samplers import ExactSampler
+from isingattn.samplers import SwendsenWangSampler, WolffSampler
+from isingattn.samplers import TransferMatrixSampler
+from isingattn.samplers import GibbsSampler, MetropolisSampler, ParallelTemperingSampler
+from isingattn.samplers import SimulatedAnnealingSampler
 
 from .._stats import assert_chi2_matches, assert_mean_within_mcse, ess
 
@@ -66,6 +70,14 @@ CASES = {
 BACKENDS = [
     ("exact", ExactSampler, {}, 2000, 4, set()),
     ("transfer", TransferMatrixSampler, {}, 2000, 4, set()),
+    # gibbs/metropolis "auto": sequential on dense cases, chromatic on sparse ones
+    ("gibbs", GibbsSampler, {"num_burnin": 50}, 2000, 4, set()),
+    ("gibbs-random", lambda: GibbsSampler(order="random"), {"num_burnin": 50}, 2000, 4, set()),
+    ("metropolis", MetropolisSampler, {"num_burnin": 50}, 2000, 4, set()),
+    ("pt-metropolis-random", lambda: ParallelTemperingSampler(
+        MetropolisSampler(order="random"), num_replicas=3), {"num_burnin": 50}, 1000, 4, set()),
+    ("swendsen_wang", SwendsenWangSampler, {"num_burnin": 20}, 2000, 4, set()),
+    ("wolff", lambda: WolffSampler(num_flips=2), {"num_burnin": 20}, 2000, 4, {"fields"}),
     # SA with a constant schedule at each model's beta ("fixed" = custom [beta] * num_sweeps):
     # every read an independent 256-sweep Metropolis / Gibbs chain from a random state
     ("sa-fixed-metropolis", SimulatedAnnealingSampler,

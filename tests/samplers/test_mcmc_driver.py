@@ -1,0 +1,205 @@
+"""The MCMC driver (isingattn/samplers/_mcmc.py): determinism, run layout, bad input and
+compilation caching, for the single-site backends and parallel tempering.
+
+Everything here is deterministic (no statistical assertion), so the false-failure rate is 0,
+except where a test says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from isingattn.models import chain, random_dense
+from isingattn.samplers import (
+    GibbsSampler,
+    MetropolisSampler,
+    ParallelTemperingSampler,
+)
+from isingattn.samplers._mcmc import _run
+
+# one model size and one run length everywhere, so the compiled programs are shared
+N, NS, NC = 6, 20, 3
+MODEL = random_dense(jax.random.key(11), N, beta=0.7)
+SAMPLERS = {
+    "gibbs": GibbsSampler(),
+    "metropolis-random": MetropolisSampler(order="random"),
+    "pt": ParallelTemperingSampler(num_replicas=3),
+}
+
+
+def _draw(sampler, key, model=MODEL, **kw):
+    kw.setdefault("num_burnin", 5)
+    return sampler.sample(model, key, NS, num_chains=NC, **kw)
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_same_key_same_samples_different_key_different(name):
+    s = SAMPLERS[name]
+    a = np.asarray(_draw(s, jax.random.key(0)).spins)
+    b = np.asarray(_draw(s, jax.random.key(0)).spins)
+    c = np.asarray(_draw(s, jax.random.key(1)).spins)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # chains of one run are not copies of each other (2^-120-ish chance for a correct sampler)
+    for i in range(NC):
+        for j in range(i + 1, NC):
+            assert not np.array_equal(a[i], a[j]), f"chains {i} and {j} are identical"
+
+
+def test_batched_models_chains_not_copies_across_models():
+    # the same model twice in a batch: the two copies must get different randomness
+    m = MODEL.replace(h=jnp.stack([MODEL.h, MODEL.h]))
+    x = np.asarray(_draw(GibbsSampler(), jax.random.key(3), m).spins)
+    assert x.shape == (2, NC, NS, N)
+    assert not np.array_equal(x[0], x[1])
+
+
+def test_thinning_keeps_every_kth_sweep_of_the_same_run():
+    # sweep t uses fold_in(key, t), so thinning only selects: thinning=3 keeps sweeps 4 and 7
+    # of the run that keeps every sweep (num_burnin=2: first kept sweep index 2)
+    s = GibbsSampler()
+    every = np.asarray(s.sample(MODEL, jax.random.key(5), 6, num_chains=2, num_burnin=2).spins)
+    thin = np.asarray(
+        s.sample(MODEL, jax.random.key(5), 2, num_chains=2, num_burnin=2, thinning=3).spins)
+    np.testing.assert_array_equal(thin, every[:, [2, 5]])
+
+
+def test_initial_states_used_and_masked_forced_low():
+    # beta huge, ferromagnetic chain started in the all-up ground state: nothing moves
+    m = chain(5, J=1.0, beta=50.0).replace(mask=jnp.array([True, True, True, True, False]))
+    x0 = jnp.ones((2, 5))  # masked variable given +1: the driver sets it to -1
+    s = MetropolisSampler().sample(m, jax.random.key(0), 4, num_chains=2, num_burnin=0,
+                                   initial_states=x0)
+    expect = np.array([1, 1, 1, 1, -1.0])
+    np.testing.assert_array_equal(np.asarray(s.spins), np.broadcast_to(expect, (2, 4, 5)))
+    assert np.all(np.asarray(s.info["acceptance_rate"]) == 0)
+
+
+def test_info_shapes_follow_batch_and_chain():
+    m = random_dense(jax.random.key(2), N, batch_shape=(2,), beta=0.5)
+    s = _draw(SAMPLERS["pt"], jax.random.key(0), m)
+    assert s.spins.shape == (2, NC, NS, N)
+    assert s.info["acceptance_rate"].shape == (2, NC)
+    assert s.info["swap_acceptance"].shape == (2, NC, 2)
+    assert s.info["betas"].shape == (2, NC, 3)
+    assert set(s.info["timing"]) == {"setup_s", "sampling_s", "total_s"}
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        ({"num_sweeps": 10}, TypeError, "num_sweeps"),
+        ({"num_burnin": -1}, ValueError, "num_burnin"),
+        ({"thinning": 0}, ValueError, "thinning"),
+        ({"thinning": 1.5}, TypeError, "thinning"),
+        ({"beta_schedule": [1.0] * 24 + [0.0]}, ValueError, "beta_schedule must be positive"),
+        ({"beta_schedule": [1.0] * 24 + [-2.0]}, ValueError, "-2.0 at sweep 24"),
+        ({"beta_schedule": [1.0] * 24 + [np.nan]}, ValueError, "beta_schedule"),
+        ({"beta_schedule": [1.0] * 24 + [np.inf]}, ValueError, "beta_schedule"),
+        ({"beta_schedule": [1.0] * 7}, ValueError, "one inverse temperature per sweep"),
+        ({"beta_schedule": "hot"}, TypeError, "beta_schedule"),
+        ({"initial_states": np.ones((4, N))}, ValueError, "initial_states"),
+        ({"initial_states": np.full((NC, N), 2.0)}, ValueError, "initial_states"),
+    ],
+)
+def test_bad_options_name_the_parameter(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        _draw(GibbsSampler(), jax.random.key(0), **kwargs)
+
+
+@pytest.mark.parametrize("num_samples, num_chains, name", [(0, 2, "num_samples"),
+                                                           (5, 0, "num_chains"),
+                                                           (-1, 2, "num_samples")])
+def test_non_positive_sizes(num_samples, num_chains, name):
+    with pytest.raises(ValueError, match=name):
+        MetropolisSampler().sample(MODEL, jax.random.key(0), num_samples, num_chains=num_chains)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: GibbsSampler(order="diagonal"), "order must be one of"),
+        (lambda: MetropolisSampler(order=None), "order must be one of"),
+        (lambda: GibbsSampler(colouring="rainbow"), "colouring must be one of"),
+        (lambda: ParallelTemperingSampler(num_replicas=1), "num_replicas"),
+        (lambda: ParallelTemperingSampler(betas=(1.0, 0.5)), "strictly increasing"),
+        (lambda: ParallelTemperingSampler(betas=(-1.0, 0.5)), "positive"),
+        (lambda: ParallelTemperingSampler(betas=(1.0,)), "at least 2"),
+        (lambda: ParallelTemperingSampler(beta_min=0.0), "beta_min"),
+        (lambda: ParallelTemperingSampler(beta_min_ratio=1.5), "beta_min_ratio"),
+    ],
+)
+def test_bad_constructor_options(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_chromatic_needs_a_sparse_model():
+    with pytest.raises(ValueError, match="chromatic.*SparseIsingModel"):
+        GibbsSampler(order="chromatic").sample(MODEL, jax.random.key(0), 2)
+
+
+def test_pt_rejects_bad_local_and_beta_min_above_target():
+    from isingattn.samplers import ExactSampler
+
+    with pytest.raises(TypeError, match="local must be an MCMC sampler"):
+        ParallelTemperingSampler(local=ExactSampler())
+    with pytest.raises(TypeError, match="local must be an MCMC sampler"):
+        ParallelTemperingSampler(local=ParallelTemperingSampler())
+    with pytest.raises(ValueError, match="beta_min = 2.0 must be below"):
+        ParallelTemperingSampler(beta_min=2.0).sample(MODEL, jax.random.key(0), 2)
+
+
+# ------------------------------------------------------------------ compilation caching
+@dataclasses.dataclass(frozen=True)
+class _CountingGibbs(GibbsSampler):
+    """Gibbs with a trace counter (class attribute: instances are frozen and hashed)."""
+
+    traces: ClassVar[list] = [0]
+
+    def step_chains(self, model, states, keys, beta):
+        type(self).traces[0] += 1
+        return super().step_chains(model, states, keys, beta)
+
+
+def test_second_call_with_same_sizes_does_not_trace_again():
+    s = _CountingGibbs()
+    m2 = random_dense(jax.random.key(9), N, beta=1.3)  # other values, same structure
+    _draw(s, jax.random.key(0))
+    first = s.traces[0]
+    assert first > 0
+    size_before = _run._cache_size()
+    _draw(s, jax.random.key(1))
+    _draw(s, jax.random.key(2), m2)
+    # another burn-in changes the number of sweeps (the scan length): one new program
+    _draw(s, jax.random.key(3), num_burnin=7)
+    assert _run._cache_size() == size_before + 1
+    _draw(s, jax.random.key(4), num_burnin=7)
+    assert _run._cache_size() == size_before + 1
+    # an equal configuration (a new but equal frozen dataclass) hits the same cache entry
+    _draw(_CountingGibbs(), jax.random.key(5))
+    assert _run._cache_size() == size_before + 1
+    assert s.traces[0] == 2 * first  # traced again only for the num_burnin=7 program
+
+
+def test_large_sparse_batch_models_are_independent_runs():
+    # big sparse batches run one model at a time (lax.map). Model 0's draws depend only on
+    # model 0 and its keys, not on the other models of the batch; copies of one model differ.
+    from isingattn.models import square_lattice
+
+    m = square_lattice(8, beta=0.4)  # n * chains = 64 * 64 >= 4096: the lax.map path
+    h1 = jnp.zeros((2, 64))
+    h2 = h1.at[1].set(0.7)
+    run = lambda h: MetropolisSampler().sample(
+        m.replace(h=h), jax.random.key(0), 3, num_chains=64, num_burnin=2)
+    a, b = run(h1), run(h2)
+    assert a.spins.shape == (2, 64, 3, 64) and a.info["acceptance_rate"].shape == (2, 64)
+    np.testing.assert_array_equal(np.asarray(a.spins[0]), np.asarray(b.spins[0]))
+    assert not np.array_equal(np.asarray(a.spins[0]), np.asarray(a.spins[1]))
