@@ -5,7 +5,7 @@ Prints, from one run:
      computing the energies alone, medians of repeats, ratio.
   2. n = 26: our states per second for log Z + marginals.
   3. n = 26: peak memory of a fresh process doing only that (and of the bare JAX runtime).
-  4. The transfer matrix at n = 10^5, range r = 8: log Z + marginals.
+  4. The transfer matrix at n = 10^5, range r = 8 (bench_transfer.long_banded).
 
 Run: .venv/bin/python benchmarks/bench_exact.py [--quick]
 """
@@ -23,9 +23,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import host_timed, timed  # noqa: E402
+from bench_transfer import long_banded  # noqa: E402
 
 from isingattn import exact  # noqa: E402
-from isingattn.models import SparseIsingModel, random_dense  # noqa: E402
+from isingattn.models import random_dense  # noqa: E402
 
 
 def enumeration_vs_exact_solver(n, repeats):
@@ -71,21 +72,6 @@ def peak_memory(n):
           f"(JAX runtime alone: {base:.0f} MiB; target < 1024 MiB)")
 
 
-def transfer(n, r, repeats):
-    rng = np.random.default_rng(0)
-    edges = np.array([(i, i + d) for d in range(1, r + 1) for i in range(n - d)], np.int32)
-    J = rng.normal(0, 0.3, len(edges))
-    h = rng.normal(0, 0.5, n)
-    model = SparseIsingModel(h=h, edges=edges, J=J, beta=1.0)
-    fn = lambda m: (exact.transfer_log_partition(m, bandwidth=r),  # noqa: E731
-                    exact.transfer_marginals(m, bandwidth=r))
-    first, med, _, (logZ, marg) = timed(fn, model, repeats=repeats)
-    print(f"[4] transfer matrix, n = {n}, range r = {r} (2^{r} window states), "
-          f"{len(edges)} couplings: log Z + marginals median {med:.2f} s "
-          f"(first call incl. compile {first:.2f} s); log Z = {float(logZ):.3f}, "
-          f"finite marginals: {bool(np.all(np.isfinite(np.asarray(marg))))}")
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
@@ -95,12 +81,14 @@ def main():
         enumeration_vs_exact_solver(14, 3)
         throughput(20, 3)
         peak_memory(20)
-        transfer(10_000, 4, 3)
+        print("[4] transfer matrix (benchmarks/bench_transfer.py):")
+        long_banded(10_000, 4, 3)
     else:
         enumeration_vs_exact_solver(20, 5)
         throughput(26, 5)
         peak_memory(26)
-        transfer(100_000, 8, 3)
+        print("[4] transfer matrix (benchmarks/bench_transfer.py):")
+        long_banded(100_000, 8, 3)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,6 @@ def from_bqm(bqm, *, beta=1.0, sparse=False, variable_order=None, dtype=None):
     if set(labels) != set(bqm.variables) or len(labels) != len(bqm.variables):
         raise ValueError("variable_order must list every variable of the bqm exactly once")
     index = {v: i for i, v in enumerate(labels)}
-    n = len(labels)
     h = np.array([-bqm.get_linear(v) for v in labels], dtype=dtype or float)
     edges, J = [], []
     for u, v, bias in bqm.iter_quadratic():

@@ -34,6 +34,7 @@ import numpy as np
 from .._validation import check_positive_int, is_concrete, shape_str
 from ..models import ModelBase, SparseIsingModel, Vartype
 from ._base import Sampler
+from ._colouring import colour_classes
 
 #: Schedule types: dwave-samplers' three, plus ``"fixed"`` (constant at each model's own beta).
 BETA_SCHEDULE_TYPES = ("linear", "geometric", "custom", "fixed")
@@ -363,27 +364,11 @@ def _run_dense(J, h, mask, betas, x0, seeds, *, gibbs, block):
     return _dense_anneal(J, h, mask, betas, x0, seeds, gibbs=gibbs, block=block)
 
 
-@functools.lru_cache(maxsize=64)
-def _colour_classes(graph) -> tuple:
-    """A proper colouring of ``graph`` (networkx DSATUR: optimal for bipartite graphs), as a
-    tuple of index arrays, one per colour."""
-    import networkx as nx
-
-    G = nx.Graph()
-    G.add_nodes_from(range(graph.n))
-    G.add_edges_from(map(tuple, graph.edges))
-    colour = nx.greedy_color(G, strategy="DSATUR")
-    k = max(colour.values(), default=-1) + 1
-    classes = [np.array(sorted(v for v, c in colour.items() if c == col), np.int32)
-               for col in range(k)]
-    return tuple(c for c in classes if c.size)
-
-
 @functools.partial(jax.jit, static_argnames=("gibbs", "graph"))
 def _run_sparse(Jpad, h, mask, betas, x0, seeds, *, gibbs, graph):
     kern = functools.partial(
         _sparse_anneal, gibbs=gibbs, nbr=graph.neighbors, nbr_e=graph.neighbor_edges,
-        classes=_colour_classes(graph),
+        classes=colour_classes(graph),
     )
     J_axis = 0 if Jpad.ndim == 2 else None
     return jax.vmap(kern, in_axes=(J_axis, 0, 0, 0, 0, 0))(Jpad, h, mask, betas, x0, seeds)
@@ -592,12 +577,7 @@ class SimulatedAnnealingSampler(Sampler):
                   "proposal_acceptance_criteria": ACCEPTANCE_CRITERIA}
 
     def __init__(self, **defaults):
-        bad = sorted(set(defaults) - set(self.parameters))
-        if bad:
-            raise TypeError(
-                f"{type(self).__name__} got unknown option(s) {', '.join(bad)}; valid: "
-                f"{', '.join(self.parameters)}"
-            )
+        self._check_options(defaults)
         self.defaults = defaults
 
     def _sample(self, model, key, num_samples, num_chains, **options):

@@ -160,13 +160,7 @@ class Sampler(abc.ABC):
         key = check_key(key)
         num_samples = check_positive_int("num_samples", num_samples)
         num_chains = check_positive_int("num_chains", num_chains)
-        unknown = sorted(set(options) - set(self.parameters))
-        if unknown:
-            valid = ", ".join(sorted(self.parameters)) or "none"
-            raise TypeError(
-                f"{type(self).__name__}.sample got unknown option(s) {', '.join(unknown)}; "
-                f"valid options: num_chains, {valid}"
-            )
+        self._check_options(options, "sample")
         t0 = time.perf_counter()
         spins, info = self._sample(model, key, num_samples, num_chains, **options)
         spins = jax.block_until_ready(spins)
@@ -187,6 +181,20 @@ class Sampler(abc.ABC):
         timing["total_s"] = t2 - t0
         info["timing"] = timing
         return Samples(spins, energy, model.vartype, info, model.labels)
+
+    def _check_options(self, options, where="__init__") -> dict:
+        """Return ``options`` if every name is in :attr:`parameters`; else a ``TypeError`` that
+        names the unknown ones and lists the valid ones (used by ``sample`` and by backends
+        whose constructors take default options)."""
+        unknown = sorted(set(options) - set(self.parameters))
+        if unknown:
+            valid = ", ".join(sorted(self.parameters)) or "none"
+            extra = "num_chains, " if where == "sample" else ""
+            raise TypeError(
+                f"{type(self).__name__}.{where} got unknown option(s) {', '.join(unknown)}; "
+                f"valid options: {extra}{valid}"
+            )
+        return dict(options)
 
     @abc.abstractmethod
     def _sample(self, model, key, num_samples, num_chains, **options):

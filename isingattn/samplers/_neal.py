@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._annealing import ACCEPTANCE_CRITERIA, BETA_SCHEDULE_TYPES, _canonical_criteria
+from ._annealing import BETA_SCHEDULE_TYPES, SimulatedAnnealingSampler, _canonical_criteria
 from ._base import Sampler, check_key, seed_from_key
 
 
@@ -51,27 +51,14 @@ class NealSampler(Sampler):
       (1, 5, 10)
     """
 
-    parameters = {
-        "num_sweeps": [],
-        "num_sweeps_per_beta": [],
-        "beta_range": [],
-        "beta_schedule_type": ["beta_schedule_options"],
-        "beta_schedule": [],
-        "initial_states": [],
-        "proposal_acceptance_criteria": [],
-    }
-    properties = {"beta_schedule_options": BETA_SCHEDULE_TYPES,
-                  "proposal_acceptance_criteria": ACCEPTANCE_CRITERIA}
+    # one-to-one with our simulated annealing: the same options, by design
+    parameters = SimulatedAnnealingSampler.parameters
+    properties = SimulatedAnnealingSampler.properties
 
     def __init__(self, **defaults):
         from dwave.samplers import SimulatedAnnealingSampler as _Neal
 
-        bad = sorted(set(defaults) - set(self.parameters))
-        if bad:
-            raise TypeError(
-                f"{type(self).__name__} got unknown option(s) {', '.join(bad)}; valid: "
-                f"{', '.join(self.parameters)}"
-            )
+        self._check_options(defaults)
         self.defaults = defaults
         self.child = _Neal()
 

@@ -265,12 +265,7 @@ class QPUSampler(Sampler):
                  request_timeout=DEFAULT_REQUEST_TIMEOUT,
                  polling_timeout=DEFAULT_POLLING_TIMEOUT, embedding_parameters=None,
                  **defaults):
-        bad = sorted(set(defaults) - set(self.parameters))
-        if bad:
-            raise TypeError(
-                f"{type(self).__name__} got unknown option(s) {', '.join(bad)}; valid: "
-                f"{', '.join(self.parameters)}"
-            )
+        self._check_options(defaults)
         if child is None:
             _check_credentials(config_file, profile, token)
             from dwave.system import DWaveSampler

@@ -27,7 +27,7 @@ from isingattn.samplers import (
     default_beta_range,
     host_sample_callback,
 )
-from isingattn.samplers._annealing import _colour_classes
+from isingattn.samplers import colour_classes
 
 from .._stats import ALPHA, assert_chi2_matches, assert_mean_within_mcse
 
@@ -160,7 +160,7 @@ def test_ground_state_binary_masked_and_sparse():
 
 def test_colouring_is_proper():
     lat = square_lattice(4)
-    classes = _colour_classes(lat.graph)
+    classes = colour_classes(lat.graph)
     assert len(classes) == 2  # checkerboard
     colour = np.empty(lat.n, int)
     for c, idx in enumerate(classes):
