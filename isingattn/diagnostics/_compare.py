@@ -378,20 +378,11 @@ def compare_samplers(model, samplers, *, key, num_samples: int = 1000, num_chain
                 s = sampler.sample(model, k, num_samples, num_chains=num_chains,
                                    **options.get(name, {}))
                 wall = time.perf_counter() - t0
-            except _skip_errors() as e:
-                if raise_errors:
-                    raise
-                row["status"] = f"skipped: {type(e).__name__}: {e}".replace("\n", " ")[:300]
-                table.rows.append(row)
-                if callback is not None:
-                    callback(table, row)
-                if bar is not None:
-                    bar.update(1)
-                continue
             except Exception as e:  # record it and carry on with the other samplers
                 if raise_errors:
                     raise
-                row["status"] = f"error: {type(e).__name__}: {e}".replace("\n", " ")[:300]
+                kind = "skipped" if isinstance(e, _skip_errors()) else "error"
+                row["status"] = f"{kind}: {type(e).__name__}: {e}".replace("\n", " ")[:300]
                 table.rows.append(row)
                 if callback is not None:
                     callback(table, row)
