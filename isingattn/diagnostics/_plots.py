@@ -31,6 +31,14 @@ def _title(table, what):
     return f"{what}\nn = {m.get('n')} {m.get('vartype', '')}, model beta = {beta}{b}"
 
 
+def _finish(fig, path):
+    """Lay out ``fig``, write it to ``path`` when one is given, and return it."""
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
 def _fin(v):
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
@@ -71,10 +79,7 @@ def plot_energy_histograms(table, path=None, *, ncols=3):
         axes.flat[0].text(0.5, 0.5, "no sampler finished", ha="center", va="center")
     what = "sampled vs exact" if lev is not None else "sampled (no exact reference)"
     fig.suptitle(_title(table, f"Energy histograms: {what}"), fontsize=11)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_beta_eff(table, path=None):
@@ -122,10 +127,7 @@ def plot_beta_eff(table, path=None):
                   + "; +inf: only local minima sampled")
     ax.invert_yaxis()
     ax.set_title(_title(table, "Effective inverse temperature"), fontsize=11)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_distance_vs_samples(table, path=None):
@@ -155,10 +157,7 @@ def plot_distance_vs_samples(table, path=None):
     if rows or ref is not None:
         ax.legend(fontsize=8)
     ax.set_title(_title(table, "Distance to the Boltzmann distribution vs samples"), fontsize=11)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_autocorrelation(table, path=None):
@@ -191,10 +190,7 @@ def plot_autocorrelation(table, path=None):
     if rows:
         ax.legend(fontsize=8)
     ax.set_title(_title(table, "Energy autocorrelation"), fontsize=11)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish(fig, path)
 
 
 #: file name -> plot function
