@@ -1,34 +1,60 @@
 """Critical slowing down of the 2D Ising model: Metropolis vs Swendsen–Wang vs Wolff.
 
 At beta_c = ln(1 + sqrt 2) / 2 on periodic L x L lattices this measures the integrated
-autocorrelation time tau_int of the energy E and of |m| for each algorithm and size, IN SWEEPS:
+autocorrelation time tau_int of the energy E, of |m| and of the signed magnetization m for each
+algorithm and size, IN SWEEPS:
 
-* Metropolis (``MetropolisSampler``, checkerboard updates on the lattice): one draw every
-  ``thinning`` sweeps, tau_sweeps = tau_draws * thinning;
-* Swendsen–Wang: one step = one sweep (every spin can change), thinning 1;
+* Metropolis (``MetropolisSampler``, checkerboard updates on the lattice): one sweep per step,
+  observables recorded every ``thinning`` sweeps (1 up to L = 32, a few sweeps at L = 48, 64,
+  always <= tau_E / 50 so the fast part of the energy's autocorrelation is resolved),
+  tau_sweeps = tau_draws * thinning;
+* Swendsen–Wang: one step = one sweep (every spin can change);
 * Wolff: one step = one cluster flip; a flip touches |C| spins, so
-  tau_sweeps = tau_flips * <|C|> / N (``info["sweep_fraction"]`` gives <|C|>/N per step).
+  tau_sweeps = tau_flips * <|C|> / N (the kernel's ``info["sweep_fraction"]``).
+
+The chains are driven here by the samplers' own kernels (``init`` / ``step_chains``) inside one
+jitted ``lax.scan`` that records only E and m per draw: returning every configuration through
+``sampler.sample`` would cost ~30x more than the sweeps at thinning 1.
 
 tau_int = 1 + 2 sum_t rho(t) (the ESS convention; Sokal's papers quote half of it) comes from
-:func:`isingattn.diagnostics.integrated_autocorr_time` (autocorrelation averaged over chains,
-Sokal's automatic window M >= 5 tau), with Sokal's error
-sigma_tau = tau sqrt(2 (2M + 1) / N_draws). Each (algorithm, L) point runs in chunks of the same
-shape (one compilation) after one discarded burn-in chunk, until the kept draws reach
-``--target`` tau or the point's time budget ``--max-seconds`` is spent (the CSV says which).
-The dynamic exponent z comes from a weighted fit of log tau = z log L + const; its error is the
-fit's, inflated by sqrt(chi^2/dof) when the points scatter more than their error bars.
+:func:`isingattn.diagnostics.integrated_autocorr_time` with ``mean="pooled"``: one mean over all
+chains is removed, so the many chains (64 by default) add up without the ~2 M tau / N_chain
+downward bias of per-chain means; Sokal's automatic window M >= 5 tau; Sokal's error
+sigma_tau = tau sqrt(2 (2M + 1) / N_total). A check column gives the per-chain-mean estimate too.
+Each (algorithm, L) point discards a burn-in (>= 30 expected tau), then runs chunks of the same
+shape (one compilation) until chains * draws >= ``--target`` tau and draws per chain >=
+``--min-tau-per-chain`` tau for E and |m|, or the point's ``--max-seconds`` are spent (the CSV's
+``converged`` says which). A point is fitted when its chains hold at least 50 tau each (so the
+window is short against a chain and tau is unbiased), with its precision in its error bar; the
+others are drawn open. The signed m is recorded but does not steer the run length: under
+Metropolis its sign reverses ~20x more slowly than |m| decorrelates (m carries the slowest, odd
+mode), so its Metropolis chains hold only ~10 tau and are not fitted; under the cluster
+algorithms, which flip the sign at once, tau(m) is below one sweep. The raw series are kept
+(``series/<algorithm>_L<L>.npz``), so the analysis can be redone without rerunning (``--refit``).
 
-Literature (tau of E, sweeps): Metropolis z ~ 2.17, Swendsen–Wang z ~ 0.2-0.35, Wolff
-(in sweeps) ~ 0.25 or smaller.
+The dynamic exponent z comes from weighted fits of log tau = z log L + const (error from the fit,
+inflated by sqrt(chi^2/dof) when the points scatter more than their error bars):
 
-Results: ``<out>/critical_slowing_down.csv`` (one row per algorithm, L and observable,
-appended when a point is done; a re-run skips finished points), ``critical_slowing_down.json``
-(fits) and ``critical_slowing_down.png``.
+* primary, fixed before the data were taken: L >= 16 (corrections to scaling are large on
+  small lattices, and more so for E, whose autocorrelation has a large fast, non-critical part);
+* all sizes, and over all sizes two three-parameter forms, tau = A L^z (1 + B / L) (a
+  correction to scaling) and tau = A + B L^z (an L-independent part of tau_int from the fast,
+  non-critical modes), as sensitivity checks;
+* effective exponents z_eff(L, 2L) = log2(tau(2L) / tau(L)) show the drift with L.
 
-Usage::
+Literature (tau in sweeps): Metropolis/heat bath z ~ 2.17 (Nightingale & Blöte 1996/2000:
+2.1665 ± 0.0012), the same for E, |m| and m; Swendsen–Wang z ~ 0.2-0.35 for E (some authors
+fit log L instead); Wolff in sweeps ~ 0.25 or smaller.
 
-    .venv/bin/python analysis/critical_slowing_down.py                     # L = 8..64
+Results in ``--out`` (default analysis/results): ``critical_slowing_down.csv`` (one row per
+algorithm, L and observable, appended when a point is done; a re-run skips finished points),
+``critical_slowing_down.json`` (fits), ``critical_slowing_down.png`` and ``series/``.
+
+Usage (low priority on a shared machine; the CSV makes runs resumable in chunks)::
+
+    nice -n 19 .venv/bin/python analysis/critical_slowing_down.py   # L = 8..64, all three
     .venv/bin/python analysis/critical_slowing_down.py --sizes 8 16 --max-seconds 30
+    .venv/bin/python analysis/critical_slowing_down.py --refit      # fits/plot from the CSV
 """
 
 from __future__ import annotations
@@ -41,19 +67,24 @@ import time
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from isingattn.diagnostics import abs_magnetization, integrated_autocorr_time
+from isingattn.diagnostics import integrated_autocorr_time
 from isingattn.exact import BETA_C
 from isingattn.models import square_lattice
 from isingattn.samplers import BACKENDS
 
 ALGORITHMS = ("metropolis", "swendsen_wang", "wolff")
+OBSERVABLES = ("E", "abs_m", "m")
+STOP_ON = ("E", "abs_m")  # signed m under Metropolis is ~20x slower (sign flips): recorded only
+SIZES = (8, 12, 16, 24, 32, 48, 64)
+FIT_MIN_L = 16
 LITERATURE_Z = {"metropolis": "2.17", "swendsen_wang": "0.2-0.35", "wolff": "~0.25 or less"}
 FIELDS = ["algorithm", "L", "observable", "tau_sweeps", "tau_err", "tau_draws", "window",
-          "draws_per_chain", "chains", "thinning", "sweeps_per_draw", "draws_over_tau",
-          "converged", "seconds"]
+          "tau_sweeps_chain_mean", "draws_per_chain", "chains", "thinning", "sweeps_per_draw",
+          "burnin_sweeps", "tau_total", "tau_per_chain", "converged", "seconds"]
 
 
 def make_sampler(name):
@@ -64,97 +95,259 @@ def make_sampler(name):
     return BACKENDS[name]()
 
 
+def tau_guess(name, L):
+    """Rough tau in steps, to size burn-in and thinning (Metropolis: ~0.06 L^2.17 sweeps for
+    |m|, from a first run; clusters: a few steps)."""
+    return 0.06 * L**2.17 if name == "metropolis" else 10.0
+
+
 def thinning_for(name, L):
-    """Metropolis: keep about 10 draws per expected tau of |m| (measured here: ~0.05 L^2.17
-    sweeps at beta_c) to bound memory and time; cluster algorithms keep every step."""
-    if name == "metropolis":
-        return max(1, int(0.05 * L**2.17 / 10))
-    return 1
+    """Metropolis: record every ~tau(|m|)/150 sweeps, at most 5 (tau_E is a third of
+    tau(|m|), so thinning <= tau_E / 50); cluster algorithms record every step."""
+    if name != "metropolis":
+        return 1
+    # at most 5: thinning by k adds about k / 4 sweeps to tau_E for k <= 10 (its fast part is
+    # summed coarsely), measured on the L = 24, 32 series
+    return int(min(5, max(1, round(tau_guess(name, L) / 150))))
 
 
-def measure(name, L, key, *, chains, chunk, target, max_seconds, min_draws=2000):
+def make_runner(sampler, model, thin, chunk):
+    """Jitted ``(states, keys, t0) -> (states, E, m, sweeps)``: ``chunk`` draws of ``thin`` steps
+    for every chain; E, m and the sweep-equivalents per draw shaped (chain, chunk). Step t of a
+    chain uses the key fold_in(key_chain, t), as the samplers' own driver does."""
+    beta = model.beta
+    fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
+
+    @jax.jit
+    def run(states, keys, t0):
+        def draw(states, j):
+            def step(carry, i):
+                st, sw = carry
+                st, info = sampler.step_chains(model, st, fold(keys, t0 + j * thin + i), beta)
+                frac = info.get("sweep_fraction", 1.0)  # Wolff: flipped fraction
+                return (st, sw + frac), None
+
+            sw0 = jnp.zeros(keys.shape[0], jnp.float32)
+            (states, sw), _ = jax.lax.scan(step, (states, sw0), jnp.arange(thin))
+            x = states.x
+            return states, (model.energy(x), x.mean(-1), sw)
+
+        states, (E, m, sw) = jax.lax.scan(draw, states, jnp.arange(chunk))
+        return states, E.T, m.T, sw.T
+
+    return run
+
+
+def tau_all(series, mean):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {k: integrated_autocorr_time(v, mean=mean, return_window=True)
+                for k, v in series.items()}
+
+
+def as_series(E, m):
+    return {"E": E, "abs_m": np.abs(m), "m": m}
+
+
+def measure(name, L, key, *, chains, chunk, target, min_tau_per_chain, max_seconds,
+            series_dir=None):
     sampler = make_sampler(name)
     model = square_lattice(L, beta=BETA_C)
-    L * L
     thin = thinning_for(name, L)
+    burnin_draws = max(1, int(np.ceil(30 * tau_guess(name, L) / thin)), 200 // thin)
     t0 = time.perf_counter()
-    x = None
-    E, M, frac = [], [], []
-    k = 0
+    k_init, k_x, k_run = jax.random.split(key, 3)
+    x0 = jnp.where(jax.random.bernoulli(k_x, 0.5, (chains, model.n)), 1.0, -1.0)
+    states = jax.vmap(sampler.init, in_axes=(None, 0, 0))(
+        model, jax.random.split(k_init, chains), x0.astype(model.dtype))
+    keys = jax.random.split(k_run, chains)
+    step_no = 0
+    # burn-in with its own (shorter or equal) chunk shape: at most two compilations per point
+    b_chunk = min(chunk, burnin_draws)
+    burn = make_runner(sampler, model, thin, b_chunk)
+    for _ in range(int(np.ceil(burnin_draws / b_chunk))):
+        states, *_ = burn(states, keys, jnp.int32(step_no))
+        step_no += b_chunk * thin
+    burnin_sweeps = step_no  # in steps (Wolff: flips)
+    run = make_runner(sampler, model, thin, chunk)
+    E, M, SW = [], [], []
     while True:
-        opts = {"num_burnin": 0, "thinning": thin}
-        if x is not None:
-            opts["initial_states"] = x
-        s = sampler.sample(model, jax.random.fold_in(key, k), chunk, num_chains=chains, **opts)
-        x = s.spins[:, -1]
-        if k > 0:  # chunk 0 is burn-in
-            E.append(np.asarray(s.energy, float))
-            M.append(np.asarray(abs_magnetization(s, model), float))
-            frac.append(float(np.mean(s.info["sweep_fraction"])) if name == "wolff" else thin)
-        k += 1
-        if k < 2:
-            continue
+        states, e, m, sw = run(states, keys, jnp.int32(step_no))
+        step_no += chunk * thin
+        E.append(np.asarray(e, np.float64))
+        M.append(np.asarray(m, np.float64))
+        SW.append(np.asarray(sw, np.float64))
         Es, Ms = np.concatenate(E, 1), np.concatenate(M, 1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            taus = [integrated_autocorr_time(y) for y in (Es, Ms)]
+        taus = tau_all(as_series(Es, Ms), "pooled")
         draws = Es.shape[1]
-        # per-chain means bias rho(t) down by ~ tau / draws at every lag: insist on long chains
-        enough = draws >= min_draws and all(np.isfinite(t) and draws >= target * t for t in taus)
+        enough = all(np.isfinite(taus[k][0]) and chains * draws >= target * taus[k][0]
+                     and draws >= min_tau_per_chain * taus[k][0] for k in STOP_ON)
         if enough or time.perf_counter() - t0 > max_seconds:
             break
-    sweeps_per_draw = float(np.mean(frac))
+    sweeps_per_draw = float(np.mean(np.concatenate(SW, 1)))
+    if series_dir is not None:
+        os.makedirs(series_dir, exist_ok=True)
+        np.savez_compressed(os.path.join(series_dir, f"{name}_L{L}.npz"), E=Es.astype(np.float32),
+                            m=Ms.astype(np.float32), sweeps_per_draw=sweeps_per_draw,
+                            thinning=thin, burnin_steps=burnin_sweeps)
+    return rows_from_series(name, L, Es, Ms, sweeps_per_draw, thin, burnin_sweeps, target,
+                            min_tau_per_chain, time.perf_counter() - t0)
+
+
+def rows_from_series(name, L, Es, Ms, sweeps_per_draw, thin, burnin_steps, target,
+                     min_tau_per_chain, seconds):
+    series = as_series(Es, Ms)
+    pooled, chain = tau_all(series, "pooled"), tau_all(series, "chain")
+    chains, draws = Es.shape
     rows = []
-    for obs, y in (("E", Es), ("abs_m", Ms)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            tau, M_win = integrated_autocorr_time(y, return_window=True)
-        n_tot = y.size
-        err = tau * np.sqrt(2 * (2 * M_win + 1) / n_tot) if np.isfinite(tau) else np.nan
+    for obs in OBSERVABLES:
+        tau, M_win = pooled[obs]
+        ok = np.isfinite(tau)
+        err = tau * np.sqrt(2 * (2 * M_win + 1) / (chains * draws)) if ok else np.nan
         rows.append({
             "algorithm": name, "L": L, "observable": obs,
             "tau_sweeps": tau * sweeps_per_draw, "tau_err": err * sweeps_per_draw,
-            "tau_draws": tau, "window": int(M_win), "draws_per_chain": y.shape[1],
-            "chains": chains, "thinning": thin, "sweeps_per_draw": sweeps_per_draw,
-            "draws_over_tau": y.shape[1] / tau if np.isfinite(tau) else np.nan,
-            "converged": bool(np.isfinite(tau) and y.shape[1] >= target * tau),
-            "seconds": time.perf_counter() - t0,
+            "tau_draws": tau, "window": int(M_win),
+            "tau_sweeps_chain_mean": chain[obs][0] * sweeps_per_draw,
+            "draws_per_chain": draws, "chains": chains, "thinning": thin,
+            "sweeps_per_draw": sweeps_per_draw,
+            "burnin_sweeps": burnin_steps * sweeps_per_draw / thin,
+            "tau_total": chains * draws / tau if ok else np.nan,
+            "tau_per_chain": draws / tau if ok else np.nan,
+            "converged": bool(ok and chains * draws >= target * tau
+                              and draws >= min_tau_per_chain * tau),
+            "seconds": seconds,
         })
     return rows
 
 
 def fit_z(L, tau, err):
-    """Weighted least squares of log tau on log L: (z, z_err, chi2/dof)."""
+    """Weighted least squares of log tau on log L: (z, z_err, chi2/dof, intercept)."""
     L, tau, err = map(np.asarray, (L, tau, err))
     ok = np.isfinite(tau) & np.isfinite(err) & (tau > 0)
     L, tau, err = L[ok], tau[ok], err[ok]
     if len(L) < 2:
-        return np.nan, np.nan, np.nan
+        return np.nan, np.nan, np.nan, np.nan
     x, y, s = np.log(L), np.log(tau), err / tau
     w = 1 / s**2
     A = np.stack([x, np.ones_like(x)], 1)
     cov = np.linalg.inv(A.T @ (A * w[:, None]))
     z, c = cov @ (A.T @ (w * y))
-    dof = max(len(L) - 2, 1)
-    chi2 = float(np.sum(w * (y - (z * x + c)) ** 2)) / dof if len(L) > 2 else 0.0
-    return float(z), float(np.sqrt(cov[0, 0]) * max(1.0, np.sqrt(chi2))), chi2
+    dof = len(L) - 2
+    chi2 = float(np.sum(w * (y - (z * x + c)) ** 2)) / dof if dof > 0 else np.nan
+    infl = max(1.0, np.sqrt(chi2)) if dof > 0 else 1.0
+    return float(z), float(np.sqrt(cov[0, 0]) * infl), chi2, float(c)
+
+
+CORRECTED_FORMS = {
+    # name: (model of tau(L), initial (p0, z, p2))
+    "A L^z (1 + B/L)": (lambda L, lnA, z, B: np.exp(lnA) * L**z * (1 + B / L), (-3.0, 2.0, 0.0)),
+    "A + B L^z": (lambda L, A, z, B: A + B * L**z, (1.0, 2.0, 0.05)),
+}
+
+
+def fit_z_corrected(L, tau, err, form):
+    """Weighted nonlinear least squares of ``tau`` with one correction term, ``form`` a key of
+    :data:`CORRECTED_FORMS`: ``A L^z (1 + B/L)`` (a correction to scaling) or ``A + B L^z`` (an
+    L-independent part of tau_int from the fast, non-critical modes). Returns (z, z_err,
+    chi2/dof); NaN when fewer than 4 sizes, the fit fails or it ends on a bound."""
+    from scipy.optimize import curve_fit
+
+    L, tau, err = map(np.asarray, (L, tau, err))
+    ok = np.isfinite(tau) & np.isfinite(err) & (tau > 0)
+    L, tau, err = L[ok].astype(float), tau[ok], err[ok]
+    if len(L) < 4:
+        return np.nan, np.nan, np.nan
+    f, p0 = CORRECTED_FORMS[form]
+    # keep the correction a correction: |B / L| <= 1/2 on the smallest lattice for A L^z (1 +
+    # B/L); A + B L^z with B > 0. A fit that ends on such a bound is reported as NaN.
+    lo, hi = ([-np.inf, -5, -0.5 * L.min()], [np.inf, 5, 0.5 * L.min()]) if "1 + B/L" in form \
+        else ([-np.inf, -5, 0.0], [np.inf, 5, np.inf])
+    try:
+        with np.errstate(all="ignore"):
+            p, cov = curve_fit(f, L, tau, p0=p0, sigma=err, absolute_sigma=True, maxfev=20000,
+                               bounds=(lo, hi))
+    except (RuntimeError, ValueError):
+        return np.nan, np.nan, np.nan
+    if np.any(np.isclose(p, lo, rtol=1e-6, atol=1e-9) | np.isclose(p, hi, rtol=1e-6, atol=1e-9)):
+        return np.nan, np.nan, np.nan
+    dof = len(L) - 3
+    chi2 = float(np.sum(((tau - f(L, *p)) / err) ** 2)) / dof
+    return float(p[1]), float(np.sqrt(cov[1, 1]) * max(1.0, np.sqrt(chi2))), chi2
 
 
 def load_rows(path):
     if not os.path.exists(path):
         return []
-    out = []
     with open(path) as f:
-        for r in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        if reader.fieldnames != FIELDS:
+            raise SystemExit(
+                f"{path} has columns {reader.fieldnames}, not this script's {FIELDS} (an older "
+                "version, e.g. per-chain means): move it aside, use --fresh, or another --out")
+        out = []
+        for r in reader:
             r = dict(r)
             for k in ("L", "window", "draws_per_chain", "chains", "thinning"):
                 r[k] = int(r[k])
-            for k in ("tau_sweeps", "tau_err", "tau_draws", "sweeps_per_draw",
-                      "draws_over_tau", "seconds"):
-                r[k] = float(r[k])
+            for k in FIELDS:
+                if k not in ("algorithm", "observable", "converged") and not isinstance(r[k], int):
+                    r[k] = float(r[k])
             r["converged"] = r["converged"] == "True"
             out.append(r)
     return out
+
+
+FIT_MIN_TAU_PER_CHAIN = 50.0
+
+
+def fittable(row):
+    """A point enters the fits when its chains are long enough for an unbiased tau (at least
+    FIT_MIN_TAU_PER_CHAIN tau per chain, so the window M = 5 tau is small against the chain);
+    its precision is in its error bar, whether or not it reached ``--target``."""
+    return bool(np.isfinite(row["tau_sweeps"]) and row["tau_per_chain"] >= FIT_MIN_TAU_PER_CHAIN)
+
+
+def select(rows, name, obs, fitted=True):
+    """(L, tau, err) of one algorithm and observable, sorted by L: the points that enter the
+    fits (``fitted=True``) or the others (``False``)."""
+    r = sorted((x for x in rows if x["algorithm"] == name and x["observable"] == obs
+                and fittable(x) == fitted), key=lambda x: x["L"])
+    return (np.array([x["L"] for x in r]), np.array([x["tau_sweeps"] for x in r]),
+            np.array([x["tau_err"] for x in r]))
+
+
+def compute_fits(rows):
+    fits = {}
+    for name in ALGORITHMS:
+        for obs in OBSERVABLES:
+            L, tau, err = select(rows, name, obs)
+            if len(L) < 2:
+                continue
+            out = {"literature_z": LITERATURE_Z[name], "sizes": L.tolist()}
+            for label, lo in ((f"L>={FIT_MIN_L}", FIT_MIN_L), ("all", 0)):
+                keep = L >= lo
+                z, ze, chi2, c = fit_z(L[keep], tau[keep], err[keep])
+                out[label] = {"z": z, "z_err": ze, "chi2_per_dof": chi2, "intercept": c,
+                              "sizes": L[keep].tolist()}
+            for form in CORRECTED_FORMS:
+                z, ze, chi2 = fit_z_corrected(L, tau, err, form)
+                out[f"all, {form}"] = {"z": z, "z_err": ze, "chi2_per_dof": chi2,
+                                       "sizes": L.tolist()}
+            pairs = {}
+            for a in L:
+                if 2 * a in L:
+                    i, j = list(L).index(a), list(L).index(2 * a)
+                    ze = np.hypot(err[i] / tau[i], err[j] / tau[j]) / np.log(2)
+                    pairs[f"{a}-{2 * a}"] = [float(np.log2(tau[j] / tau[i])), float(ze)]
+            out["z_eff(L, 2L)"] = pairs
+            fits[f"{name}/{obs}"] = out
+    return fits
+
+
+STYLE = {"metropolis": ("C3", "o", "Metropolis"), "swendsen_wang": ("C0", "s", "Swendsen–Wang"),
+         "wolff": ("C2", "^", "Wolff")}
+TITLES = {"E": "energy E", "abs_m": "|m|", "m": "signed m"}
 
 
 def plot(rows, fits, path):
@@ -163,87 +356,107 @@ def plot(rows, fits, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    style = {"metropolis": ("C3", "o", "Metropolis"), "swendsen_wang": ("C0", "s", "Swendsen–Wang"),
-             "wolff": ("C2", "^", "Wolff")}
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True)
-    for ax, obs, title in zip(axes, ("E", "abs_m"), ("energy E", "|m|")):
+    fig, axes = plt.subplots(2, 2, figsize=(13, 10), constrained_layout=True)
+    primary = f"L>={FIT_MIN_L}"
+    for ax, obs in zip(axes.flat, OBSERVABLES):
         for name in ALGORITHMS:
-            r = sorted((x for x in rows if x["algorithm"] == name and x["observable"] == obs),
-                       key=lambda x: x["L"])
-            if not r:
+            L, tau, err = select(rows, name, obs)
+            if not len(L) and not len(select(rows, name, obs, fitted=False)[0]):
                 continue
-            col, mk, lab = style[name]
-            L = np.array([x["L"] for x in r])
-            tau = np.array([x["tau_sweeps"] for x in r])
-            err = np.array([x["tau_err"] for x in r])
-            conv = np.array([x["converged"] for x in r])
-            f = fits.get(f"{name}/{obs}", {})
+            col, mk, lab = STYLE[name]
+            f = fits.get(f"{name}/{obs}", {}).get(primary, {})
             z, ze = f.get("z", np.nan), f.get("z_err", np.nan)
-            ax.errorbar(L[conv], tau[conv], err[conv], fmt=mk, color=col, ms=7, capsize=3,
-                        label=f"{lab}: z = {z:.2f} ± {ze:.2f}")
-            if (~conv).any():
-                ax.errorbar(L[~conv], tau[~conv], err[~conv], fmt=mk, color=col, ms=7,
-                            mfc="none", capsize=3, label=f"{lab}: run < target·τ (open)")
+            if len(L):
+                zl = f": z = {z:.2f} ± {ze:.2f} (L ≥ {FIT_MIN_L})" if np.isfinite(z) else ""
+                ax.errorbar(L, tau, err, fmt=mk, color=col, ms=6, capsize=3, label=lab + zl)
+            Ls, ts, es = select(rows, name, obs, fitted=False)
+            if len(Ls):
+                ax.errorbar(Ls, ts, es, fmt=mk, color=col, mfc="none", ms=6, capsize=3,
+                            label=f"{lab}: < {FIT_MIN_TAU_PER_CHAIN:.0f} τ per chain "
+                                  "(open; not fitted)")
             if np.isfinite(z):
-                grid = np.geomspace(L.min() * 0.9, L.max() * 1.1, 50)
+                grid = np.geomspace(FIT_MIN_L * 0.9, L.max() * 1.1, 50)
                 ax.plot(grid, np.exp(f["intercept"]) * grid**z, "-", color=col, lw=1)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if ax.has_data():
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
         ax.set_xlabel("L")
         ax.set_ylabel(r"$\tau_{\mathrm{int}}$ [sweeps]")
-        ax.set_title(rf"$\tau_{{\mathrm{{int}}}}$ of {title} at $\beta_c$")
+        ax.set_title(rf"$\tau_{{\mathrm{{int}}}}$ of {TITLES[obs]} at $\beta_c$")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=9)
-    fig.suptitle("Critical slowing down, 2D Ising, periodic L×L (Wolff: flips × ⟨|C|⟩/N)",
-                 fontsize=13)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def compute_fits(rows):
-    fits = {}
+    ax = axes.flat[3]
     for name in ALGORITHMS:
-        for obs in ("E", "abs_m"):
-            r = [x for x in rows if x["algorithm"] == name and x["observable"] == obs]
-            if len(r) < 2:
+        col, mk, lab = STYLE[name]
+        for obs, fill in zip(OBSERVABLES, ("full", "none", "left")):
+            pairs = fits.get(f"{name}/{obs}", {}).get("z_eff(L, 2L)", {})
+            if not pairs or obs == "m":
                 continue
-            L = [x["L"] for x in r]
-            z, ze, chi2 = fit_z(L, [x["tau_sweeps"] for x in r], [x["tau_err"] for x in r])
-            y = np.log([x["tau_sweeps"] for x in r])
-            intercept = float(np.mean(y - z * np.log(L))) if np.isfinite(z) else np.nan
-            fits[f"{name}/{obs}"] = {"z": z, "z_err": ze, "chi2_per_dof": chi2,
-                                     "intercept": intercept, "sizes": sorted(L),
-                                     "literature_z": LITERATURE_Z[name]}
-    return fits
+            Lm = [np.sqrt(int(k.split("-")[0]) * int(k.split("-")[1])) for k in pairs]
+            v = np.array(list(pairs.values()))
+            ax.errorbar(Lm, v[:, 0], v[:, 1], fmt=mk + "-", color=col, fillstyle=fill, ms=6,
+                        capsize=3, lw=0.8, label=f"{lab}, {TITLES[obs]}")
+    ax.axhline(2.1665, color="k", ls=":", lw=1, label="2.1665 (Nightingale & Blöte)")
+    if len(ax.lines) > 1:  # some L, 2L pair exists
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(r"$\sqrt{L \cdot 2L}$")
+    ax.set_ylabel(r"$z_{\mathrm{eff}} = \log_2[\tau(2L)/\tau(L)]$")
+    ax.set_title("effective exponents between L and 2L")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, ncol=2)
+    fig.suptitle("Critical slowing down, 2D Ising at β$_c$, periodic L×L "
+                 "(τ in sweeps; Wolff: flips × ⟨|C|⟩/N)", fontsize=13)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64])
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
-    p.add_argument("--chains", type=int, default=8)
-    p.add_argument("--chunk", type=int, default=500, help="draws per chain per chunk")
-    p.add_argument("--target", type=float, default=200.0,
-                   help="stop a point once draws per chain >= target * tau")
-    p.add_argument("--min-draws", type=int, default=2000,
-                   help="kept draws per chain before a point may stop (short chains bias tau "
-                        "down: each chain's own mean is removed)")
-    p.add_argument("--max-seconds", type=float, default=300.0, help="time budget per point")
+    p.add_argument("--chains", type=int, default=64)
+    p.add_argument("--chunk", type=int, default=1000, help="draws per chain per jitted call")
+    p.add_argument("--target", type=float, default=20000.0,
+                   help="stop a point once chains * draws >= target * tau for every observable "
+                        "(Sokal's relative error is then about sqrt(20 / target))")
+    p.add_argument("--min-tau-per-chain", type=float, default=50.0,
+                   help="and draws per chain >= this many tau")
+    p.add_argument("--max-seconds", type=float, default=600.0, help="time budget per point")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     p.add_argument("--fresh", action="store_true", help="ignore points already in the CSV")
+    p.add_argument("--refit", action="store_true",
+                   help="run nothing: rewrite rows from the saved series, then fit and plot")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "critical_slowing_down.csv")
+    series_dir = os.path.join(args.out, "series")
     if args.fresh and os.path.exists(csv_path):
         os.remove(csv_path)
     rows = load_rows(csv_path)
+    if args.refit:
+        old = {(r["algorithm"], r["L"]): r for r in rows}
+        old_conv = {(r["algorithm"], r["L"], r["observable"]): r["converged"] for r in rows}
+        rows = []
+        for (a, L), r in sorted(old.items()):
+            s = np.load(os.path.join(series_dir, f"{a}_L{L}.npz"))
+            rows += rows_from_series(a, L, s["E"].astype(float), s["m"].astype(float),
+                                     float(s["sweeps_per_draw"]), int(s["thinning"]),
+                                     int(s["burnin_steps"]), args.target,
+                                     args.min_tau_per_chain, r["seconds"])
+            for row in rows[-len(OBSERVABLES):]:  # the run-time verdict on the run length
+                verdict = old_conv[(a, L, row["observable"])]
+                row["converged"] = verdict and bool(np.isfinite(row["tau_draws"]))
+        with open(csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(rows)
     done = {(r["algorithm"], r["L"]) for r in rows}
     missing = [a for a in args.algorithms if make_sampler(a) is None]
     if missing:
         print(f"not registered in isingattn.samplers.BACKENDS, skipped: {', '.join(missing)}")
-    todo = [(a, L) for a in args.algorithms if a not in missing for L in args.sizes
-            if (a, L) not in done]
+    todo = [] if args.refit else [(a, L) for a in args.algorithms if a not in missing
+                                  for L in args.sizes if (a, L) not in done]
     key = jax.random.key(args.seed)
     new = not os.path.exists(csv_path)
     with open(csv_path, "a", newline="") as f:
@@ -253,24 +466,32 @@ def main(argv=None):
         for a, L in tqdm(todo, desc="(algorithm, L) points", unit="pt"):
             k = jax.random.fold_in(jax.random.fold_in(key, L), ALGORITHMS.index(a))
             for row in measure(a, L, k, chains=args.chains, chunk=args.chunk,
-                               target=args.target, max_seconds=args.max_seconds,
-                               min_draws=args.min_draws):
+                               target=args.target, min_tau_per_chain=args.min_tau_per_chain,
+                               max_seconds=args.max_seconds, series_dir=series_dir):
                 w.writerow(row)
                 rows.append(row)
             f.flush()
     rows = [r for r in rows if r["L"] in args.sizes and r["algorithm"] in args.algorithms]
     fits = compute_fits(rows)
     with open(os.path.join(args.out, "critical_slowing_down.json"), "w") as f:
-        json.dump({"beta_c": BETA_C, "fits": fits}, f, indent=2)
+        json.dump({"beta_c": BETA_C, "fit_min_L": FIT_MIN_L, "fits": fits}, f, indent=2)
     plot(rows, fits, os.path.join(args.out, "critical_slowing_down.png"))
     for kname, fv in fits.items():
-        print(f"z[{kname}] = {fv['z']:.3f} ± {fv['z_err']:.3f} (chi2/dof {fv['chi2_per_dof']:.2f}; "
-              f"literature {fv['literature_z']}; L = {fv['sizes']})")
+        parts = []
+        for label in (f"L>={FIT_MIN_L}", "all", *(f"all, {f}" for f in CORRECTED_FORMS)):
+            g = fv[label]
+            parts.append(f"{label}: {g['z']:.3f} ± {g['z_err']:.3f} (chi2/dof "
+                         f"{g['chi2_per_dof']:.2f})")
+        print(f"z[{kname}]  " + ";  ".join(parts) + f"  [literature {fv['literature_z']}]")
+        print("    z_eff(L,2L): " + ", ".join(f"{k}: {v[0]:.2f}±{v[1]:.2f}"
+                                              for k, v in fv["z_eff(L, 2L)"].items()))
     for r in sorted(rows, key=lambda r: (r["algorithm"], r["L"], r["observable"])):
         print(f"{r['algorithm']:>14} L={r['L']:<3} {r['observable']:<5} tau = "
-              f"{r['tau_sweeps']:9.3f} ± {r['tau_err']:.3f} sweeps  ({r['draws_over_tau']:.0f} tau "
-              f"per chain{'' if r['converged'] else ', short'})")
-    print(f"wrote {csv_path} and critical_slowing_down.png / .json in {args.out}")
+              f"{r['tau_sweeps']:9.3f} ± {r['tau_err']:7.3f} sweeps (chain means: "
+              f"{r['tau_sweeps_chain_mean']:9.3f}; {r['tau_total']:.0f} tau in all, "
+              f"{r['tau_per_chain']:.0f} per chain, thin {r['thinning']}, "
+              f"{r['seconds']:.0f} s{'' if r['converged'] else ', SHORT'})")
+    print(f"wrote {csv_path}, critical_slowing_down.png / .json and series/ in {args.out}")
 
 
 if __name__ == "__main__":
