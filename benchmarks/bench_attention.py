@@ -112,9 +112,7 @@ def run_workload(name, B, T, N, H, entries, repeats):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="A,B,C")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--repeats-long", type=int, default=1,
-                    help="repeats for workload B (T=512), whose transfer run takes minutes")
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {platform.processor() or ''} "
           f"cpu count {__import__('os').cpu_count()}")
@@ -145,7 +143,7 @@ def main(argv=None):
         run_workload("B", 8, 512, N, 32, [
             (f"transfer, banded r={R}", "transfer", "marginal", band),
             (f"mean_field, banded r={R} (implicit diff)", MeanField(), "marginal", band),
-        ], args.repeats_long)
+        ], args.repeats)
     if "C" in todo:
         run_workload("C", 8, 16, N, 32, [
             (f"exact enumeration, banded r={R}", "exact", "marginal", band),

@@ -244,7 +244,8 @@ def boltzmann_attention(
         allowed = jnp.broadcast_to(allowed, h.shape)
         h = jnp.where(allowed, h, 0.0)
         feature = "sample" if readout == "sample" else "marginal"
-        res = method(h, allowed, couplings, jnp.asarray(beta, dtype), key=rng, feature=feature)
+        res = method(h, allowed, couplings, jnp.asarray(beta, dtype), key=rng, feature=feature,
+                     causal=bool(is_causal))
         u = res.weights_unnormalized
         total = jnp.sum(u, axis=-1, keepdims=True)
         if readout == "sample":
