@@ -209,10 +209,11 @@ def _vjp_tile(a, c, feat, g):
             hi = beta[:, half:] * b1[i][:, None]
             dlo = B[:, :half] * b0[i][:, None]
             dhi = B[:, half:] * b1[i][:, None] + gb[i][:, None] * hi
-            # ... s_k s_{k-r} needs the window before key k with its oldest key 1
-            old = bef.reshape(N, half, 2 * Q)[..., Q:]
-            dold = Abef.reshape(N, half, 2 * Q)[..., Q:]
-            f_sum, df_sum = f_sum + old * hi, df_sum + dold * hi + old * dhi
+            # ... s_k s_{k-r} needs P(window before key k, s_k = 1) ∝ bef * t1 (its odd
+            # entries, oldest key 1, are read at the end: contiguous products are cheaper here)
+            t1 = jnp.concatenate([C_even * hi, C_odd * hi], axis=-1).reshape(N, R, Q)
+            dt1 = jnp.concatenate([C_even * dhi, C_odd * dhi], axis=-1).reshape(N, R, Q)
+            f_sum, df_sum = f_sum + bef * t1, df_sum + Abef * t1 + bef * dt1
             beta = jnp.concatenate([lo + C_even * hi, lo + C_odd * hi], axis=-1).reshape(N, R, Q)
             B = jnp.concatenate([dlo + C_even * dhi, dlo + C_odd * dhi], axis=-1).reshape(N, R, Q)
         acc_near = acc_near + (dj_sum - j_sum * rel[:, None]) * inv[:, None]
@@ -221,14 +222,14 @@ def _vjp_tile(a, c, feat, g):
         return (beta * inv_t, B * inv_t, acc_near, acc_far), jnp.stack(dm)
 
     acc0 = jnp.zeros((N, half, Q), a.dtype)
-    carry0 = (jnp.ones((N, R, Q), a.dtype), zeros, acc0, acc0)
+    carry0 = (jnp.ones((N, R, Q), a.dtype), zeros, acc0, zeros)
     (_, _, acc_near, acc_far), da = jax.lax.scan(backward, carry0, (starts, f0, f1, g),
                                                  reverse=True)
     # distance d < r: s_{k-d} is bit r-1-d of the window's lower r-1 bits
     u = jnp.arange(half)
     near = ((u[:, None] >> ((r - 1) - jnp.arange(1, r))[None, :]) & 1).astype(a.dtype)
     dc_near = jnp.einsum("nuq,ud->nd", acc_near, near)
-    dc_far = jnp.einsum("nuq,nu->n", acc_far, C_odd[..., 0])
+    dc_far = jnp.sum(acc_far[:, 1::2], axis=(1, 2))
     return da, jnp.concatenate([dc_near, dc_far[:, None]], axis=1)
 
 
