@@ -9,7 +9,7 @@ couplings and chemical potential. Compile time is reported separately; times are
 Workloads (float32):
   A: B=8, T=S=128, N=4, H=32: softmax readout, transfer (banded r=8), mean_field (banded r=8),
      mean_field (full couplings), sampled(Gibbs, 16 draws, banded r=8)
-  B: B=8, T=S=512, N=4, H=32: transfer (r=8), mean_field (r=8)
+  B: B=8, T=S=512, N=4, H=32: transfer (r=8; learned, and the same J frozen), mean_field (r=8)
   C: B=8, T=S=16, N=4, H=32: exact enumeration (the only size it serves), transfer, mean_field
 
 Run::
@@ -140,8 +140,11 @@ def main(argv=None):
              sampled(GibbsSampler(), 16, num_burnin=16), "marginal", band),
         ], args.repeats)
     if "B" in todo:
+        frozen = Couplings.fixed(band.params, "banded")  # same J, no coupling gradient
         run_workload("B", 8, 512, N, 32, [
             (f"transfer, banded r={R}", "transfer", "marginal", band),
+            (f"transfer, banded r={R}, fixed (frozen) couplings", "transfer", "marginal",
+             frozen),
             (f"mean_field, banded r={R} (implicit diff)", MeanField(), "marginal", band),
         ], args.repeats)
     if "C" in todo:
