@@ -260,8 +260,8 @@ def _per_block(fn, a, c, *rest):
         def one(x):
             return x.reshape(nt, nb * K, 1, *x.shape[3:])
         out = fast(one(a), *[one(x) if x.shape == a.shape else x for x in rest])
-        return jax.tree.map(lambda y: y.reshape(a.shape) if y.shape[:3] == (nt, nb * K, 1)
-                            else y, out)
+        # per-key outputs have the tiled rank (5); per-chain and per-head outputs do not
+        return jax.tree.map(lambda y: y.reshape(a.shape) if y.ndim == a.ndim else y, out)
 
     strong = _coupling_range(c) > _coupling_limits(a.dtype)[0]
     return jax.lax.cond(strong, safe, fast, a, *rest)

@@ -84,6 +84,14 @@ def test_gradients_match_enumeration():
         np.testing.assert_allclose(g, e, atol=1e-12)
 
 
+def test_one_chain_per_head_with_as_many_heads_as_keys():
+    """Shapes where a per-chain output (one query, N = S heads) looks like a per-key one."""
+    a, c, _ = _chains(1, BLOCK, BLOCK, 2, seed=4)
+    model = IsingModel(h=a, J=_dense(c, BLOCK)[None], vartype="BINARY")
+    np.testing.assert_allclose(banded_chain_log_partition(a, c), exact.log_partition(model),
+                               rtol=1e-13)
+
+
 def test_log_partition_gradient_is_the_marginals():
     a, c, mask = _chains(4, 2, 11, 3, seed=1)
     x = jnp.where(mask, a, -jnp.inf)
