@@ -18,6 +18,19 @@ The driver calls ``step_chains(model, states, keys, beta)`` (all chains of one m
 chain axis), which defaults to ``vmap(step)``; a backend may override it with a faster layout
 as long as the result is the same (the single-site samplers put the chain axis minor).
 
+A backend whose state carries its own random stream (``carries_stream = True``: the
+single-site samplers and Swendsen–Wang, whose xoshiro128** generators are seeded by ``init``)
+also accepts ``key=None`` in ``step``/``step_chains``: the sweep then continues the state's
+stream without mixing in a fresh key. For those backends, at a fixed ``beta``, the driver runs
+nested loops that touch nothing per sweep but the kernel (burn-in loop, then one loop per kept
+draw over its ``thinning`` sweeps). XLA's CPU runtime executes a loop body whose operations form
+a single dependency chain inline on the calling thread, and hands it to its thread pool
+otherwise; per-sweep key derivation and draw bookkeeping made the body a graph, and the pool's
+hand-offs cost more than a whole checkerboard sweep (Metropolis on a 64 x 64 lattice, 4 chains:
+about 2.3x slower, measured). Kernels may also supply loop-invariant tables (``prepare``),
+which the driver computes before its loops. Other backends, and runs with a ``beta_schedule``, use one scan
+over all sweeps with the key ``fold_in(chain key, sweep)``.
+
 Run layout: ``num_burnin`` sweeps are discarded, then ``num_samples`` draws are kept, one every
 ``thinning`` sweeps. ``beta_schedule`` (optional) gives the inverse temperature of every sweep,
 length ``num_burnin + num_samples * thinning``; by default every sweep uses the model's ``beta``.
@@ -114,6 +127,9 @@ class MCMCSampler(Sampler):
     """
 
     default_burnin = 100
+    #: True when the kernel's state carries its own random stream, seeded by ``init``, so that
+    #: ``step(model, state, None, beta)`` continues it (see the module docstring).
+    carries_stream = False
 
     @property
     def parameters(self):
@@ -139,6 +155,13 @@ class MCMCSampler(Sampler):
     def check_model(self, model):
         """Raise a clear error if this backend cannot sample ``model`` (override)."""
 
+    def prepare(self, model, beta, num_chains):
+        """Loop-invariant arrays of ``step_chains`` for ``model`` at a fixed ``beta`` with
+        ``num_chains`` chains, or None (the default). The streamed driver computes them once,
+        before its loops, and passes them as ``step_chains(..., prep=prep)``: XLA does not hoist
+        size-inflating operations (neighbour-table gathers, tiling over chains) out of a loop,
+        and left inside they both cost time and split the loop body's dependency chain."""
+
     # -- driver ------------------------------------------------------------------------
     def _sample(self, model, key, num_samples, num_chains, *, num_burnin=None, thinning=1,
                 initial_states=None, beta_schedule=None):
@@ -162,17 +185,23 @@ class MCMCSampler(Sampler):
             sched = jnp.asarray(check_beta_schedule(beta_schedule, total), model.dtype)
             betas = jnp.broadcast_to(sched, (B, total))
         keys = jax.random.split(k_run, B * num_chains).reshape(B, num_chains)
+        streamed = self.carries_stream and beta_schedule is None
+        if streamed:  # one beta per model: the run length is no part of the program
+            betas = betas[:, :1]
         xs, info = _run(self, flat, keys, x0, betas, jnp.int32(num_burnin), num_samples,
-                        jnp.int32(thinning))
+                        jnp.int32(thinning), streamed)
         batch = model.batch_shape
         spins = xs.reshape(batch + (num_chains, num_samples, model.n))
         info = {k: v.reshape(batch + (num_chains,) + v.shape[2:]) for k, v in info.items()}
         return spins, info
 
 
-@functools.partial(jax.jit, static_argnums=(0, 6))
-def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning):
-    # One scan over all sweeps (burn-in included) so the kernel is traced and compiled once.
+@functools.partial(jax.jit, static_argnums=(0, 6, 8))
+def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, streamed):
+    # streamed (fixed beta, a kernel that carries its stream): nested loops whose bodies hold
+    # only the kernel, so XLA runs them inline (module docstring). num_burnin and thinning are
+    # loop bounds there, traced: changing them does not recompile.
+    # Otherwise: one scan over all sweeps (burn-in included), the kernel traced and compiled once.
     # After sweep t the state is written to draw slot max(t - num_burnin, 0) // thinning; the
     # last write to slot k is sweep num_burnin + (k + 1) * thinning - 1, the kept one. Only the
     # sweep count (betas' shape) and num_samples (the buffer) fix the compiled program;
@@ -186,6 +215,28 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning):
         _, info0 = jax.eval_shape(sampler.step_chains, model, states, k_run, beta_row[0])
         acc0 = jax.tree_util.tree_map(
             lambda a: jnp.zeros(a.shape, jnp.result_type(a.dtype, jnp.float32)), info0)
+        kept = (num_samples * thinning).astype(jnp.float32)
+        if streamed:
+            beta = beta_row[0]
+            prep = sampler.prepare(model, beta, x.shape[0])
+            kw = {} if prep is None else {"prep": prep}
+
+            def burn(_, states):
+                return sampler.step_chains(model, states, None, beta, **kw)[0]
+
+            def kept_sweep(_, carry):
+                states, acc = carry
+                states, info = sampler.step_chains(model, states, None, beta, **kw)
+                return states, jax.tree_util.tree_map(lambda a, v: a + v, acc, info)
+
+            def draw(carry, _):
+                carry = jax.lax.fori_loop(0, thinning, kept_sweep, carry)
+                return carry, carry[0].x
+
+            states = jax.lax.fori_loop(0, num_burnin, burn, states)
+            (_, acc), xs = jax.lax.scan(draw, (states, acc0), None, length=num_samples)
+            return (jnp.moveaxis(xs, 0, 1),
+                    jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc))
         buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
@@ -199,7 +250,6 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning):
             return (states, buf, acc), None
 
         (_, buf, acc), _ = jax.lax.scan(sweep, (states, buf0, acc0), jnp.arange(total))
-        kept = (num_samples * thinning).astype(jnp.float32)
         return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
 
     if flat.h.shape[0] == 1:
@@ -330,13 +380,14 @@ class SingleSiteSampler(MCMCSampler):
     The local field ``f_i = h_i + sum_j J_ij x_j`` (masked ``j`` excluded) is computed from the
     current configuration at every update (a length-``n`` row product for dense models, a
     neighbour-table gather for sparse ones), so nothing drifts in low precision. Uniforms come
-    from xoshiro128** generators carried in the state and re-keyed every sweep (see
-    :func:`xoshiro_mix`). ``info``: ``acceptance_rate``, the fraction of updates of unmasked
-    sites that changed the variable.
+    from xoshiro128** generators carried in the state, seeded by ``init`` and re-keyed by every
+    step's key (see :func:`xoshiro_mix`; ``key=None`` continues the stream). ``info``:
+    ``acceptance_rate``, the fraction of updates of unmasked sites that changed the variable.
     """
 
     order: str = "auto"
     colouring: str = "DSATUR"
+    carries_stream = True
 
     def __post_init__(self):
         check_choice("order", self.order, ORDERS)
@@ -376,7 +427,7 @@ class SingleSiteSampler(MCMCSampler):
     def step(self, model, state, key, beta):
         """One sweep at inverse temperature ``beta``: ``(state, {"acceptance_rate": ...})``."""
         order = self.resolved_order(model)
-        rng = xoshiro_mix(state.rng, key)
+        rng = state.rng if key is None else xoshiro_mix(state.rng, key)
         if order == "chromatic":
             self.check_model(model)
             x, rng, rate = self._chromatic_sweep(model, state.x, rng, beta)
@@ -384,21 +435,28 @@ class SingleSiteSampler(MCMCSampler):
             x, rng, rate = self._site_sweep(model, state.x, rng, beta, order == "random")
         return SingleSiteState(x, rng), {"acceptance_rate": rate}
 
-    def step_chains(self, model, states, keys, beta):
+    def prepare(self, model, beta, num_chains):
+        """The chromatic sweep's per-colour coupling tables (see :meth:`MCMCSampler.prepare`)."""
+        if self.resolved_order(model) != "chromatic":
+            return None
+        self.check_model(model)
+        return self._chromatic_prep(model)
+
+    def step_chains(self, model, states, keys, beta, prep=None):
         """Many chains of one model at once. Same result as ``vmap(step)``, but dense
         sequential and chromatic sweeps run with the chain axis minor (``x`` as ``(n, chain)``):
         a site's field is then one row product over contiguous chains and a neighbour gather
-        copies whole rows."""
+        copies whole rows. ``prep``: :meth:`prepare`'s output for this model, or None."""
         order = self.resolved_order(model)
         dense = isinstance(model, IsingModel)
         if order == "random" or (order == "sequential" and not dense):
             return super().step_chains(model, states, keys, beta)
-        rng = jax.vmap(xoshiro_mix)(states.rng, keys)  # 4 arrays (chain, lanes)
-        rng = tuple(r.T for r in rng)  # (lanes, chain)
+        rng = states.rng if keys is None else jax.vmap(xoshiro_mix)(states.rng, keys)
+        rng = tuple(r.T for r in rng)  # 4 arrays (lanes, chain)
         xt = states.x.T
         if order == "chromatic":
             self.check_model(model)
-            xt, rng, rate = self._chromatic_sweep(model, xt, rng, beta)
+            xt, rng, rate = self._chromatic_sweep(model, xt, rng, beta, prep)
         else:
             xt, rng, rate = self._dense_sweep_chains(model, xt, rng, beta)
         return SingleSiteState(xt.T, tuple(r.T for r in rng)), {"acceptance_rate": rate}
@@ -472,16 +530,25 @@ class SingleSiteSampler(MCMCSampler):
             0, n, body, (x, rng, jnp.int32(0), jnp.int32(0)))
         return x, rng, flips.astype(dtype) / jnp.maximum(active, 1).astype(dtype)
 
-    def _chromatic_sweep(self, model, x, rng, beta):
+    def _chromatic_prep(self, model):
+        plan = _chromatic_plan(model.graph, self.colouring)
+        Jpad = jnp.concatenate([model.active_J, jnp.zeros((1,), model.dtype)])
+        Jn = tuple(Jpad[plan.nbr_e[a:b]]  # (size, degree) per colour class
+                   for a, b in zip(plan.bounds[:-1], plan.bounds[1:]))
+        active = jnp.maximum(jnp.sum(model.mask), 1).astype(model.dtype)
+        return {"h": model.h[plan.perm], "mask": model.mask[plan.perm], "Jn": Jn,
+                "active": active}
+
+    def _chromatic_sweep(self, model, x, rng, beta, prep=None):
         # x is (n,) for one chain or (n, chain) for many (rng lanes likewise (lanes, ...)).
         # Work in the colour-sorted order so that each class is a contiguous slice (no scatter).
         plan = _chromatic_plan(model.graph, self.colouring)
+        prep = self._chromatic_prep(model) if prep is None else prep
         low, high = model.vartype.values
         dtype = model.dtype
         extra = x.shape[1:]
         col = (slice(None),) + (None,) * len(extra)  # broadcast per-site arrays over chains
-        Jpad = jnp.concatenate([model.active_J, jnp.zeros((1,), dtype)])
-        h, mask = model.h[plan.perm], model.mask[plan.perm]
+        h, mask = prep["h"], prep["mask"]
         xp = x[plan.perm]
         zero_row = jnp.zeros((1,) + extra, dtype)
         flips = jnp.zeros(extra, jnp.int32)
@@ -490,14 +557,21 @@ class SingleSiteSampler(MCMCSampler):
             rng, r = xoshiro_next(rng)
             u = bits_to_uniform(r[: b - a]).astype(dtype)
             xpad = jnp.concatenate([xp, zero_row])
-            Jn = Jpad[plan.nbr_e[a:b]]  # (size, degree)
-            f = h[a:b][col] + jnp.sum(Jn[(...,) + col[1:]] * xpad[plan.nbr[a:b]], axis=1)
+            Jn = prep["Jn"][c][(...,) + col[1:]]  # (size, degree, 1...)
+            xn = xpad[plan.nbr[a:b]]  # (size, degree, *chains)
+            # an unrolled sum over the (few) neighbours: as a reduction, XLA hands the product
+            # to a library kernel that ran 4x slower inside the driver's loop (measured)
+            if Jn.shape[1] <= 16:
+                f = h[a:b][col]
+                for j in range(Jn.shape[1]):
+                    f = f + Jn[:, j] * xn[:, j]
+            else:
+                f = h[a:b][col] + jnp.sum(Jn * xn, axis=1)
             xi = xp[a:b]
             new = jnp.where(mask[a:b][col], self._update(xi, f, u, beta, low, high), xi)
             flips = flips + jnp.sum(new != xi, axis=0).astype(jnp.int32)
             xp = jnp.concatenate([xp[:a], new, xp[b:]])
-        rate = flips.astype(dtype) / jnp.maximum(jnp.sum(model.mask), 1).astype(dtype)
-        return xp[plan.inv], rng, rate
+        return xp[plan.inv], rng, flips.astype(dtype) / prep["active"]
 
 
 __all__ = ["MCMCSampler", "SingleSiteSampler", "SingleSiteState"]

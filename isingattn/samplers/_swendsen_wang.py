@@ -36,8 +36,9 @@ Speed (why the kernel looks the way it does; measured on a 2-core CPU, 64x64 tor
   :func:`~isingattn.models.square_lattice`, periodic or open — are recognised once per graph and
   their neighbour gathers become shifts of ``(chain, Lx, Ly)`` arrays; other graphs use padded
   neighbour tables;
-* random bits come from xoshiro128** generators carried in the state and re-keyed from the step
-  key every step (as in the single-site samplers): threefry for the ~3 words per site of a step
+* random bits come from xoshiro128** generators carried in the state, re-keyed from the step
+  key when one is given (``key=None`` continues the stream, as the driver does at a fixed beta;
+  as in the single-site samplers): threefry for the ~3 words per site of a step
   cost about 240 us per step of 4 chains, xoshiro about 60 us, the labelling about 300 us;
 * each cluster's flip is decided once, at its root (the smallest index), and read by its members
   with one gather; the cluster field sums ``H_C`` (a scatter-add) are skipped when ``h = 0``.
@@ -369,8 +370,9 @@ class SwendsenWangSampler(MCMCSampler):
 
     Randomness: one 32-bit word per edge (per grid slot on lattices) for the bonds and one per
     variable for the flips (the word at a cluster's root decides that cluster), from xoshiro128**
-    generators seeded from the chain's key at ``init`` and re-keyed from every step's key, so
-    the same keys give the same chain.
+    generators seeded from the chain's key at ``init`` and re-keyed from every step's key
+    (``key=None`` continues the stream, as the driver does at a fixed ``beta``), so the same
+    keys give the same chain.
 
     Example:
       >>> import jax
@@ -384,6 +386,7 @@ class SwendsenWangSampler(MCMCSampler):
 
     components: str = "jax"
     default_burnin = 50
+    carries_stream = True
 
     def __post_init__(self):
         if self.components not in COMPONENTS:
@@ -400,7 +403,7 @@ class SwendsenWangSampler(MCMCSampler):
     def step(self, model, state, key, beta):
         """One Swendsen–Wang update of one chain (the one-chain case of :meth:`step_chains`)."""
         states = jax.tree_util.tree_map(lambda a: a[None], state)
-        new, info = self.step_chains(model, states, key[None], beta)
+        new, info = self.step_chains(model, states, None if key is None else key[None], beta)
         return (jax.tree_util.tree_map(lambda a: a[0], new),
                 {k: a[0] for k, a in info.items()})
 
@@ -415,7 +418,7 @@ class SwendsenWangSampler(MCMCSampler):
         dtype = spin.dtype
         s = to_spin(states.x, model.vartype).astype(dtype)  # (C, n)
 
-        rng = jax.vmap(xoshiro_mix)(states.rng, keys)
+        rng = states.rng if keys is None else jax.vmap(xoshiro_mix)(states.rng, keys)
         # a scan, not a Python loop: its outputs are materialized once, where unrolled draws
         # were fused (and recomputed) into every consumer, the flip gather included (measured)
         rng, words = jax.lax.scan(lambda r, _: xoshiro_next(r), rng, None, length=plan.draws)

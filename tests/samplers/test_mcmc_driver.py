@@ -20,6 +20,7 @@ from isingattn.samplers import (
     GibbsSampler,
     MetropolisSampler,
     ParallelTemperingSampler,
+    SwendsenWangSampler,
 )
 from isingattn.samplers._mcmc import _run
 
@@ -164,9 +165,9 @@ class _CountingGibbs(GibbsSampler):
 
     traces: ClassVar[list] = [0]
 
-    def step_chains(self, model, states, keys, beta):
+    def step_chains(self, model, states, keys, beta, prep=None):
         type(self).traces[0] += 1
-        return super().step_chains(model, states, keys, beta)
+        return super().step_chains(model, states, keys, beta, prep)
 
 
 def test_second_call_with_same_sizes_does_not_trace_again():
@@ -178,15 +179,21 @@ def test_second_call_with_same_sizes_does_not_trace_again():
     size_before = _run._cache_size()
     _draw(s, jax.random.key(1))
     _draw(s, jax.random.key(2), m2)
-    # another burn-in changes the number of sweeps (the scan length): one new program
-    _draw(s, jax.random.key(3), num_burnin=7)
+    # at a fixed beta burn-in and thinning are loop bounds: no new program
+    _draw(s, jax.random.key(3), num_burnin=7, thinning=3)
+    assert _run._cache_size() == size_before
+    assert s.traces[0] == first
+    # a beta schedule runs one scan over all sweeps: its length is part of the program
+    _draw(s, jax.random.key(4), num_burnin=7, beta_schedule=np.full(7 + NS, 0.8))
     assert _run._cache_size() == size_before + 1
-    _draw(s, jax.random.key(4), num_burnin=7)
+    traced = s.traces[0]
+    assert traced > first
+    _draw(s, jax.random.key(5), num_burnin=7, beta_schedule=np.full(7 + NS, 0.9))
     assert _run._cache_size() == size_before + 1
     # an equal configuration (a new but equal frozen dataclass) hits the same cache entry
-    _draw(_CountingGibbs(), jax.random.key(5))
+    _draw(_CountingGibbs(), jax.random.key(6))
     assert _run._cache_size() == size_before + 1
-    assert s.traces[0] == 2 * first  # traced again only for the num_burnin=7 program
+    assert s.traces[0] == traced
 
 
 def test_large_sparse_batch_models_are_independent_runs():
@@ -203,3 +210,48 @@ def test_large_sparse_batch_models_are_independent_runs():
     assert a.spins.shape == (2, 64, 3, 64) and a.info["acceptance_rate"].shape == (2, 64)
     np.testing.assert_array_equal(np.asarray(a.spins[0]), np.asarray(b.spins[0]))
     assert not np.array_equal(np.asarray(a.spins[0]), np.asarray(a.spins[1]))
+
+
+# ------------------------------------------------------- streamed driver bookkeeping
+# Kernels that carry their random stream run, at a fixed beta, as nested loops (burn-in, then
+# one loop of `thinning` sweeps per draw) continuing one stream per chain: the run is the same
+# sequence of sweeps whatever the split into burn-in, thinning and draws. These identities pin
+# down which sweeps are kept and what info averages over.
+_STREAMED = {
+    "gibbs-dense": (GibbsSampler(), MODEL),
+    "metropolis-chromatic": (MetropolisSampler(), None),
+    "swendsen-wang": (SwendsenWangSampler(), MODEL),
+}
+
+
+@pytest.mark.parametrize("name", list(_STREAMED))
+def test_streamed_driver_keeps_the_right_sweeps(name):
+    from isingattn.models import square_lattice
+
+    sampler, model = _STREAMED[name]
+    model = square_lattice(4, beta=0.4) if model is None else model
+    assert sampler.carries_stream
+    key = jax.random.key(3)
+    every = sampler.sample(model, key, 8, num_chains=2, num_burnin=3)
+    thinned = sampler.sample(model, key, 4, num_chains=2, num_burnin=3, thinning=2)
+    np.testing.assert_array_equal(thinned.spins, every.spins[:, 1::2])
+    for k in every.info:  # the kernel's entries average the same 8 kept sweeps
+        if k != "timing":
+            np.testing.assert_allclose(thinned.info[k], every.info[k], rtol=1e-6)
+    later = sampler.sample(model, key, 7, num_chains=2, num_burnin=4)
+    np.testing.assert_array_equal(later.spins, every.spins[:, 1:])
+    # a different key gives a different run
+    other = sampler.sample(model, jax.random.key(4), 8, num_chains=2, num_burnin=3)
+    assert not np.array_equal(other.spins, every.spins)
+
+
+def test_kernel_step_with_key_none_continues_the_stream():
+    # step(model, state, None, beta) is deterministic given the state and advances it
+    s = MetropolisSampler()
+    st = s.init(MODEL, jax.random.key(0), jnp.zeros(MODEL.n))
+    a, _ = s.step(MODEL, st, None, MODEL.beta)
+    b, _ = s.step(MODEL, st, None, MODEL.beta)
+    np.testing.assert_array_equal(a.x, b.x)
+    assert not all(np.array_equal(u, v) for u, v in zip(a.rng, st.rng))
+    c, _ = s.step(MODEL, st, jax.random.key(1), MODEL.beta)  # a key re-keys the stream
+    assert not all(np.array_equal(u, v) for u, v in zip(c.rng, a.rng))

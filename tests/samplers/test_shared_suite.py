@@ -4,7 +4,8 @@ Each backend is one row of ``BACKENDS``: a factory, its sampling options, and th
 does not support (e.g. Wolff has no fields). Each case is a small model (n <= 10) with a tag set.
 For every (backend, case) pair the draws must pass
 
-* a chi^2 goodness-of-fit test of sampled states against exact probabilities, and
+* a chi^2 goodness-of-fit test of sampled states against exact probabilities (correlated draws
+  counted by the smallest ESS among the energy and the marginals), and
 * mean energy, every marginal and every correlation within Z_ALPHA Monte Carlo standard errors
   (ESS from arviz).
 
@@ -109,7 +110,11 @@ def test_backend_matches_exact(factory, opts, num_samples, num_chains, model_fac
     energy = np.asarray(samples.energy)
     np.testing.assert_allclose(energy, np.asarray(model.energy(samples.spins)), rtol=1e-5, atol=1e-5)
     assert_mean_within_mcse(energy, float(mo.mean_energy), what="mean energy")
-    frac = min(1.0, ess(energy) / energy.size)
+    # the chi^2 statistic is deflated by the smallest ESS among the energy and the marginals:
+    # the slowest of them bounds how often a chain revisits states (at low temperature the
+    # energy alone overstated it 5x for Gibbs, and the test rejected a correct sampler)
+    n_eff = min([ess(energy)] + [ess(x[..., i]) for i in range(model.n) if model.mask[i]])
+    frac = min(1.0, n_eff / energy.size)
     assert_chi2_matches(x, dense, effective_fraction=frac)
     n = model.n
     for i in range(n):
