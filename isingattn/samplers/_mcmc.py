@@ -229,14 +229,15 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
                 states, info = sampler.step_chains(model, states, None, beta, **kw)
                 return states, jax.tree_util.tree_map(lambda a, v: a + v, acc, info)
 
-            def draw(carry, _):
-                carry = jax.lax.fori_loop(0, thinning, kept_sweep, carry)
-                return carry, carry[0].x
+            def draw(k, carry):
+                states, acc, buf = jax.lax.fori_loop(0, thinning, kept_sweep, carry[:2]) + (
+                    carry[2],)
+                return states, acc, jax.lax.dynamic_update_index_in_dim(buf, states.x, k, 1)
 
+            buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
             states = jax.lax.fori_loop(0, num_burnin, burn, states)
-            (_, acc), xs = jax.lax.scan(draw, (states, acc0), None, length=num_samples)
-            return (jnp.moveaxis(xs, 0, 1),
-                    jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc))
+            _, acc, buf = jax.lax.fori_loop(0, num_samples, draw, (states, acc0, buf0))
+            return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
         buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
