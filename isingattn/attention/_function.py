@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_beta, shape_str
+from .._validation import check_beta, is_concrete, shape_str
 from ._couplings import Couplings
 from ._methods import Sampled, resolve_method
 
@@ -244,8 +244,10 @@ def boltzmann_attention(
         allowed = jnp.broadcast_to(allowed, h.shape)
         h = jnp.where(allowed, h, 0.0)
         feature = "sample" if readout == "sample" else "marginal"
-        res = method(h, allowed, couplings, jnp.asarray(beta, dtype), key=rng, feature=feature,
-                     causal=bool(is_causal))
+        # a concrete beta stays a NumPy scalar, so that methods can tell that no gradient
+        # reaches it (transfer then skips the coupling gradient of frozen couplings)
+        b = np.asarray(beta, dtype) if is_concrete(beta) else jnp.asarray(beta, dtype)
+        res = method(h, allowed, couplings, b, key=rng, feature=feature, causal=bool(is_causal))
         u = res.weights_unnormalized
         total = jnp.sum(u, axis=-1, keepdims=True)
         if readout == "sample":

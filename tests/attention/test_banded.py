@@ -60,9 +60,12 @@ _grad_banded = jax.jit(jax.grad(_banded_loss, argnums=(0, 1)))
 _grad_exact = jax.jit(jax.grad(_exact_loss, argnums=(0, 1)))
 
 
-# (queries, heads, keys, range): one block, keys not a multiple of the block, range 1
+# (queries, heads, keys, range): one block, keys not a multiple of the block, range 1; blocks
+# are min(BLOCK, r) keys (a block's marginals are read from the window after it), so also
+# r = BLOCK and r > BLOCK
 @pytest.mark.parametrize("Q, N, S, r", [(3, 2, 7, 3), (2, 2, 2 * BLOCK + 3, 1),
-                                        (2, 1, BLOCK + 5, 4)])
+                                        (2, 1, BLOCK + 5, 4), (2, 1, BLOCK + 5, BLOCK),
+                                        (2, 1, BLOCK + 6, BLOCK + 2)])
 def test_marginals_and_log_partition_match_enumeration(Q, N, S, r):
     a, c, mask = _chains(Q, N, S, r, seed=S + r)
     x = jnp.where(mask, a, -jnp.inf)
@@ -82,6 +85,35 @@ def test_gradients_match_enumeration():
     w, wz = jax.random.normal(kw, a.shape), jax.random.normal(kz, a.shape[:-1])
     for g, e in zip(_grad_banded(a, c, mask, w, wz), _grad_exact(a, c, mask, w, wz)):
         np.testing.assert_allclose(g, e, atol=1e-12)
+
+
+def test_gradients_match_enumeration_range_beyond_a_block():
+    """Blocks of BLOCK keys with a longer range (r > BLOCK): the VJP's pair statistics and the
+    readout of a block inside a wider window."""
+    a, c, mask = _chains(3, 2, BLOCK + 5, BLOCK + 1, seed=5, coupling_scale=0.5)
+    kw, kz = jax.random.split(jax.random.key(8))
+    w, wz = jax.random.normal(kw, a.shape), jax.random.normal(kz, a.shape[:-1])
+    for g, e in zip(_grad_banded(a, c, mask, w, wz), _grad_exact(a, c, mask, w, wz)):
+        np.testing.assert_allclose(g, e, atol=1e-12)
+
+
+def test_frozen_couplings_gradient_is_the_field_part_of_the_full_one():
+    """coupling_grad=False (frozen couplings): the same field gradient without the pair
+    statistics (a separate backward sweep), and no gradient for the couplings."""
+    a, c, mask = _chains(TILE_QUERIES + 8, 2, 2 * BLOCK + 5, BLOCK, seed=6, coupling_scale=0.4)
+    w = jax.random.normal(jax.random.key(9), a.shape)
+
+    def loss(a, c, coupling_grad):
+        x = jnp.where(mask, a, -jnp.inf)
+        m = banded_chain_marginals(x, c, coupling_grad=coupling_grad)
+        return jnp.sum(w * jnp.where(mask, m, 0.0))
+
+    full = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+    da, dc = full(a, c, True)
+    da_frozen, dc_frozen = full(a, c, False)
+    np.testing.assert_allclose(da_frozen, da, atol=1e-12)
+    assert np.abs(np.asarray(dc)).max() > 1e-3  # the full gradient does reach the couplings
+    np.testing.assert_array_equal(dc_frozen, 0.0)
 
 
 def test_one_chain_per_head_with_as_many_heads_as_keys():
