@@ -249,24 +249,25 @@ def _vjp_tile(a, c, feat, g, pairs=True):
             dm[i] = (jnp.sum(djoint, axis=1) - jnp.sum(joint, axis=1) * rel) * inv
             j_sum, dj_sum = j_sum + joint, dj_sum + djoint  # pairs at distance < r ...
             beta, B, hi, dhi = back(beta, B, b0[i], b1[i], gb[i])
-            # ... s_k s_{k-r} needs P(window before key k, s_k = 1) ∝ bef * t1 (its odd
-            # entries, oldest key 1, are read at the end: contiguous products are cheaper here)
-            t1 = jnp.concatenate([C_even * hi, C_odd * hi], axis=-1).reshape(N, R, Q)
-            dt1 = jnp.concatenate([C_even * dhi, C_odd * dhi], axis=-1).reshape(N, R, Q)
-            f_sum, df_sum = f_sum + bef * t1, df_sum + Abef * t1 + bef * dt1
+            # ... s_k s_{k-r} needs P(window before key k with its oldest key 1, s_k = 1): the
+            # odd windows w = 2u + 1 of bef times C(w) f1 beta_k(u | newest) = C_odd * hi
+            b_odd = bef.reshape(N, half, 2, Q)[:, :, 1]
+            A_odd = Abef.reshape(N, half, 2, Q)[:, :, 1]
+            t1, dt1 = C_odd * hi, C_odd * dhi
+            f_sum, df_sum = f_sum + b_odd * t1, df_sum + A_odd * t1 + b_odd * dt1
         acc_near = acc_near + (dj_sum - j_sum * rel[:, None]) * inv[:, None]
         acc_far = acc_far + (df_sum - f_sum * rel[:, None]) * inv[:, None]
         inv_t = 1.0 / jnp.sum(beta, axis=1, keepdims=True)
         return (beta * inv_t, B * inv_t, acc_near, acc_far), jnp.stack(dm)
 
     acc0 = jnp.zeros((N, half, Q), a.dtype)
-    (_, _, acc_near, acc_far), da = jax.lax.scan(backward, (ones, zeros, acc0, zeros),
+    (_, _, acc_near, acc_far), da = jax.lax.scan(backward, (ones, zeros, acc0, acc0),
                                                  (saved, f0, f1, g), reverse=True)
     # distance d < r: s_{k-d} is bit r-1-d of the window's lower r-1 bits
     u = jnp.arange(half)
     near = ((u[:, None] >> ((r - 1) - jnp.arange(1, r))[None, :]) & 1).astype(a.dtype)
     dc_near = jnp.einsum("nuq,ud->nd", acc_near, near)
-    dc_far = jnp.sum(acc_far[:, 1::2], axis=(1, 2))
+    dc_far = jnp.sum(acc_far, axis=(1, 2))
     return da, jnp.concatenate([dc_near, dc_far[:, None]], axis=1)
 
 
