@@ -22,9 +22,10 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
 * **Block readout.** Keys are grouped in blocks of ``K = min(BLOCK, r)``; the window after a
   block's last key holds every key of the block, so the block's marginals (and their derivative
   when the couplings get no gradient) are one product of the forward and backward messages at
-  the block end and one small contraction. The forward pass keeps the messages only at block ends, so the memory is
-  ``O(N Q S 2^r / K)`` per tile instead of ``O(N Q S 2^r)``; the marginals' backward sweep
-  recomputes nothing, the VJP's recomputes the windows inside a block for its pair statistics.
+  the block end and one small contraction. The forward pass keeps the messages only at block
+  ends, so the memory is ``O(N Q S 2^r / K)`` per tile instead of ``O(N Q S 2^r)``; the
+  marginals' backward sweep recomputes nothing, the VJP's recomputes the windows inside a
+  block for its pair statistics.
 * **Gradients by the Hessian's symmetry.** With natural parameters ``theta = (a, c)`` the
   marginals are ``m = d log Z / d a``, so their Jacobian is a block of the (symmetric) Hessian of
   ``log Z``: the vector-Jacobian product with an upstream ``g`` equals the derivative of
@@ -122,7 +123,8 @@ def _block_readout(K, feat):
 
 
 def _marginals_tile(a, c, feat):
-    """``P(s_k = 1)`` for one tile of chains: ``a`` ``(nb, K, N, Q)``, ``c`` ``(N, r)``, ``K <= r``.
+    """``P(s_k = 1)`` for one tile of chains: ``a`` ``(nb, K, N, Q)`` with ``K <= r``, ``c``
+    ``(N, r)``.
 
     The window after a block's last key holds every key of the block, so the block's marginals
     are read from the forward and backward messages at block ends alone:
@@ -197,7 +199,6 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         beta = jnp.concatenate([lo + C_even * hi, lo + C_odd * hi], axis=-1).reshape(N, R, Q)
         B = jnp.concatenate([dlo + C_even * dhi, dlo + C_odd * dhi], axis=-1).reshape(N, R, Q)
         return beta, B, hi, dhi
-
 
     def forward(carry, blk):
         alpha, A = carry

@@ -28,8 +28,8 @@ a single dependency chain inline on the calling thread, and hands it to its thre
 otherwise; per-sweep key derivation and draw bookkeeping made the body a graph, and the pool's
 hand-offs cost more than a whole checkerboard sweep (Metropolis on a 64 x 64 lattice, 4 chains:
 about 2.3x slower, measured). Kernels may also supply loop-invariant tables (``prepare``),
-which the driver computes before its loops. Other backends, and runs with a ``beta_schedule``, use one scan
-over all sweeps with the key ``fold_in(chain key, sweep)``.
+which the driver computes before its loops. Other backends, and runs with a ``beta_schedule``,
+use one scan over all sweeps with the key ``fold_in(chain key, sweep)``.
 
 Run layout: ``num_burnin`` sweeps are discarded, then ``num_samples`` draws are kept, one every
 ``thinning`` sweeps. ``beta_schedule`` (optional) gives the inverse temperature of every sweep,
