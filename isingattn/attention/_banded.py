@@ -122,6 +122,13 @@ def _block_readout(K, feat):
     return feat[:, K - 1::-1]
 
 
+def _block_marginals(P, W):
+    """Marginals of a block's keys from ``P = alpha * beta`` at the block end (``(N, 2^r, Q)``,
+    unnormalized) and :func:`_block_readout`'s ``W``: ``((K, N, Q), 1 / sum_w P)``."""
+    inv = 1.0 / jnp.sum(P, axis=1)
+    return jnp.einsum("nwq,wk->knq", P, W) * inv, inv
+
+
 def _marginals_tile(a, c, feat):
     """``P(s_k = 1)`` for one tile of chains: ``a`` ``(nb, K, N, Q)`` with ``K <= r``, ``c``
     ``(N, r)``.
@@ -148,8 +155,7 @@ def _marginals_tile(a, c, feat):
 
     def backward(beta, blk):
         end, b0, b1 = blk
-        joint = end * beta
-        m = jnp.einsum("nwq,wk->knq", joint, W) / jnp.sum(joint, axis=1)
+        m, _ = _block_marginals(end * beta, W)
         for i in reversed(range(K)):
             beta = _backward_step(beta, C_even, C_odd, b0[i], b1[i])
         return beta / jnp.sum(beta, axis=1, keepdims=True), m
@@ -218,9 +224,8 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         def backward_da(carry, blk):
             beta, B = carry
             (alpha, A), b0, b1, gb = blk
-            P, dP = alpha * beta, A * beta + alpha * B
-            inv = 1.0 / jnp.sum(P, axis=1)
-            m = jnp.einsum("nwq,wk->knq", P, W) * inv
+            dP = A * beta + alpha * B
+            m, inv = _block_marginals(alpha * beta, W)
             dm = jnp.einsum("nwq,wk->knq", dP, W) * inv - m * (jnp.sum(dP, axis=1) * inv)
             for i in reversed(range(K)):
                 beta, B, _, _ = back(beta, B, b0[i], b1[i], gb[i])

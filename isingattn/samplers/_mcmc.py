@@ -179,15 +179,15 @@ class MCMCSampler(Sampler):
             x0 = check_initial_states(initial_states, model, num_chains).reshape(
                 (B, num_chains, model.n))
             x0 = jnp.where(flat.mask[:, None, :], x0, model.vartype.low)
-        if beta_schedule is None:
+        streamed = self.carries_stream and beta_schedule is None
+        if streamed:  # one beta per model: the run length is no part of the program
+            betas = flat.beta[:, None]
+        elif beta_schedule is None:
             betas = jnp.broadcast_to(flat.beta[:, None], (B, total))
         else:
             sched = jnp.asarray(check_beta_schedule(beta_schedule, total), model.dtype)
             betas = jnp.broadcast_to(sched, (B, total))
         keys = jax.random.split(k_run, B * num_chains).reshape(B, num_chains)
-        streamed = self.carries_stream and beta_schedule is None
-        if streamed:  # one beta per model: the run length is no part of the program
-            betas = betas[:, :1]
         xs, info = _run(self, flat, keys, x0, betas, jnp.int32(num_burnin), num_samples,
                         jnp.int32(thinning), streamed)
         batch = model.batch_shape
@@ -216,6 +216,7 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
         acc0 = jax.tree_util.tree_map(
             lambda a: jnp.zeros(a.shape, jnp.result_type(a.dtype, jnp.float32)), info0)
         kept = (num_samples * thinning).astype(jnp.float32)
+        buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
         if streamed:
             beta = beta_row[0]
             prep = sampler.prepare(model, beta, x.shape[0])
@@ -230,15 +231,13 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
                 return states, jax.tree_util.tree_map(lambda a, v: a + v, acc, info)
 
             def draw(k, carry):
-                states, acc, buf = jax.lax.fori_loop(0, thinning, kept_sweep, carry[:2]) + (
-                    carry[2],)
+                states, acc, buf = carry
+                states, acc = jax.lax.fori_loop(0, thinning, kept_sweep, (states, acc))
                 return states, acc, jax.lax.dynamic_update_index_in_dim(buf, states.x, k, 1)
 
-            buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
             states = jax.lax.fori_loop(0, num_burnin, burn, states)
             _, acc, buf = jax.lax.fori_loop(0, num_samples, draw, (states, acc0, buf0))
             return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
-        buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
         def sweep(carry, t):
