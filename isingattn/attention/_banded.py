@@ -19,6 +19,10 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   renormalized path runs; beyond, NaN instead of silently wrong numbers).
 * **Queries on the fastest axis.** Messages are ``(N, 2^r, Q)`` arrays, so every operation is a
   contiguous vector operation over queries, processed in tiles of :data:`TILE_QUERIES`.
+* **Two lanes per tile.** A recursion is a chain of dependent steps, which XLA's CPU runtime
+  runs on one thread. A tile's queries are split into :data:`LANES` independent recursions
+  that share one loop body, so the runtime runs their steps concurrently (forward-backward
+  1.7x faster on two cores; smaller pieces or more lanes measured slower).
 * **Block readout.** Keys are grouped in blocks of ``K = min(BLOCK, r)``; the window after a
   block's last key holds every key of the block, so the block's marginals (and their derivative
   when the couplings get no gradient) are one product of the forward and backward messages at
@@ -53,6 +57,9 @@ import jax.numpy as jnp
 BLOCK = 8
 #: Queries processed together (the last, contiguous axis of every message array).
 TILE_QUERIES = 128
+#: Independent lanes of queries per tile. Their recursions share one loop body, so XLA's CPU
+#: runtime runs them concurrently (one recursion alone is a chain of dependent steps).
+LANES = 2
 
 
 def _window_features(r, dtype):
@@ -129,6 +136,27 @@ def _block_marginals(P, W):
     return jnp.einsum("nwq,wk->knq", P, W) * inv, inv
 
 
+def _lanes(Q):
+    """How many lanes a tile of ``Q`` queries is split into."""
+    return LANES if Q % LANES == 0 and Q >= 8 * LANES else 1
+
+
+def _split(x, L):
+    """Split the query axis (last) into ``L`` lanes."""
+    q = x.shape[-1] // L
+    return tuple(x[..., j * q:(j + 1) * q] for j in range(L))
+
+
+def _scan_lanes(body, init, xs, reverse=False):
+    """``lax.scan`` of ``body`` over independent lanes in one loop: ``init`` and ``xs`` are
+    tuples over lanes, and so are the final carry and the outputs."""
+    def run(carry, blk):
+        res = [body(c, x) for c, x in zip(carry, blk)]
+        return tuple(r[0] for r in res), tuple(r[1] for r in res)
+
+    return jax.lax.scan(run, init, xs, reverse=reverse)
+
+
 def _marginals_tile(a, c, feat):
     """``P(s_k = 1)`` for one tile of chains: ``a`` ``(nb, K, N, Q)`` with ``K <= r``, ``c``
     ``(N, r)``.
@@ -150,8 +178,9 @@ def _marginals_tile(a, c, feat):
         alpha = alpha / jnp.sum(alpha, axis=1, keepdims=True)
         return alpha, alpha
 
-    R = feat.shape[0]
-    _, ends = jax.lax.scan(forward, _start(N, R, Q, a.dtype), (f0, f1))
+    R, L = feat.shape[0], _lanes(Q)
+    lanes = tuple(zip(_split(f0, L), _split(f1, L)))
+    _, ends = _scan_lanes(forward, (_start(N, R, Q // L, a.dtype),) * L, lanes)
 
     def backward(beta, blk):
         end, b0, b1 = blk
@@ -160,8 +189,9 @@ def _marginals_tile(a, c, feat):
             beta = _backward_step(beta, C_even, C_odd, b0[i], b1[i])
         return beta / jnp.sum(beta, axis=1, keepdims=True), m
 
-    _, m = jax.lax.scan(backward, jnp.ones((N, R, Q), a.dtype), (ends, f0, f1), reverse=True)
-    return m
+    xs = tuple((e, *lane) for e, lane in zip(ends, lanes))
+    _, m = _scan_lanes(backward, (jnp.ones((N, R, Q // L), a.dtype),) * L, xs, reverse=True)
+    return jnp.concatenate(m, axis=-1)
 
 
 def _vjp_tile(a, c, feat, g, pairs=True):
@@ -186,6 +216,9 @@ def _vjp_tile(a, c, feat, g, pairs=True):
     f0, f1, C, _ = _factors(a, c, feat)
     C_even, C_odd = C[:, 0::2], C[:, 1::2]
     W = _block_readout(K, feat)
+
+    L = _lanes(Q)
+    Q = Q // L
 
     def step(alpha, A, b0, b1, gk):
         m0, m1 = _pair_sums(alpha, C)
@@ -217,7 +250,9 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         return end, (start if pairs else end)
 
     zeros = jnp.zeros((N, R, Q), a.dtype)
-    _, saved = jax.lax.scan(forward, (_start(N, R, Q, a.dtype), zeros), (f0, f1, g))
+    lanes = tuple(zip(_split(f0, L), _split(f1, L), _split(g, L)))
+    _, saved = _scan_lanes(forward, ((_start(N, R, Q, a.dtype), zeros),) * L, lanes)
+    xs = tuple((sv, *lane) for sv, lane in zip(saved, lanes))
     ones = jnp.ones((N, R, Q), a.dtype)
 
     if not pairs:
@@ -232,11 +267,12 @@ def _vjp_tile(a, c, feat, g, pairs=True):
             inv_t = 1.0 / jnp.sum(beta, axis=1, keepdims=True)
             return (beta * inv_t, B * inv_t), dm
 
-        _, da = jax.lax.scan(backward_da, (ones, zeros), (saved, f0, f1, g), reverse=True)
-        return da, None
+        _, da = _scan_lanes(backward_da, ((ones, zeros),) * L, xs, reverse=True)
+        return jnp.concatenate(da, axis=-1), None
 
     def backward(carry, blk):
         beta, B, acc_near, acc_far = carry
+        acc_near, acc_far = list(acc_near), list(acc_far)
         (start, Astart), b0, b1, gb = blk
         after = [(start, Astart)]
         for i in range(K):
@@ -244,37 +280,38 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         alpha, A = after[-1]
         inv = 1.0 / jnp.sum(alpha * beta, axis=1)
         rel = jnp.sum(A * beta + alpha * B, axis=1) * inv  # E[G]
+        inv, rel = inv[:, None], rel[:, None]
         dm = [None] * K
-        # the pair sums share the block's normalizer: accumulate raw, normalize once per block
-        j_sum = dj_sum = f_sum = df_sum = 0.0
+        # Every key has its own accumulators, updated as soon as its windows are at hand (one
+        # sum over all keys of the block would keep them all alive until the block ends).
         for i in reversed(range(K)):
             (al, Al), (bef, Abef) = after[i + 1], after[i]
-            # joint of (window after key k, s_k = 1) and its derivative
-            joint = al[:, half:] * beta[:, half:]
-            djoint = Al[:, half:] * beta[:, half:] + al[:, half:] * B[:, half:]
-            dm[i] = (jnp.sum(djoint, axis=1) - jnp.sum(joint, axis=1) * rel) * inv
-            j_sum, dj_sum = j_sum + joint, dj_sum + djoint  # pairs at distance < r ...
+            # Cov of (s_k times the window after key k) with G: gives dm_k and, per window, the
+            # pairs at distance < r
+            near = (Al[:, half:] * beta[:, half:] + al[:, half:] * B[:, half:]
+                    - al[:, half:] * beta[:, half:] * rel) * inv
+            dm[i] = jnp.sum(near, axis=1)
+            acc_near[i] = acc_near[i] + near
             beta, B, hi, dhi = back(beta, B, b0[i], b1[i], gb[i])
-            # ... s_k s_{k-r} needs P(window before key k with its oldest key 1, s_k = 1): the
-            # odd windows w = 2u + 1 of bef times C(w) f1 beta_k(u | newest) = C_odd * hi
+            # s_k s_{k-r} needs P(window before key k with its oldest key 1, s_k = 1): the odd
+            # windows w = 2u + 1 of bef times C(w) f1 beta_k(u | newest) = C_odd * hi
             b_odd = bef.reshape(N, half, 2, Q)[:, :, 1]
             A_odd = Abef.reshape(N, half, 2, Q)[:, :, 1]
-            t1, dt1 = C_odd * hi, C_odd * dhi
-            f_sum, df_sum = f_sum + b_odd * t1, df_sum + A_odd * t1 + b_odd * dt1
-        acc_near = acc_near + (dj_sum - j_sum * rel[:, None]) * inv[:, None]
-        acc_far = acc_far + (df_sum - f_sum * rel[:, None]) * inv[:, None]
+            acc_far[i] = acc_far[i] + ((A_odd * hi + b_odd * dhi - b_odd * hi * rel)
+                                       * C_odd * inv)
         inv_t = 1.0 / jnp.sum(beta, axis=1, keepdims=True)
-        return (beta * inv_t, B * inv_t, acc_near, acc_far), jnp.stack(dm)
+        return (beta * inv_t, B * inv_t, tuple(acc_near), tuple(acc_far)), jnp.stack(dm)
 
-    acc0 = jnp.zeros((N, half, Q), a.dtype)
-    (_, _, acc_near, acc_far), da = jax.lax.scan(backward, (ones, zeros, acc0, acc0),
-                                                 (saved, f0, f1, g), reverse=True)
+    acc0 = (jnp.zeros((N, half, Q), a.dtype),) * K
+    final, da = _scan_lanes(backward, ((ones, zeros, acc0, acc0),) * L, xs, reverse=True)
+    acc_near = sum(x for f in final for x in f[2])
+    acc_far = sum(x for f in final for x in f[3])
     # distance d < r: s_{k-d} is bit r-1-d of the window's lower r-1 bits
     u = jnp.arange(half)
     near = ((u[:, None] >> ((r - 1) - jnp.arange(1, r))[None, :]) & 1).astype(a.dtype)
     dc_near = jnp.einsum("nuq,ud->nd", acc_near, near)
     dc_far = jnp.sum(acc_far, axis=(1, 2))
-    return da, jnp.concatenate([dc_near, dc_far[:, None]], axis=1)
+    return jnp.concatenate(da, axis=-1), jnp.concatenate([dc_near, dc_far[:, None]], axis=1)
 
 
 def _coupling_limits(dtype):
@@ -347,8 +384,11 @@ def _log_partition_tile(a, c, feat):
         total = jax.lax.stop_gradient(jnp.sum(alpha, axis=1, keepdims=True))
         return alpha / total, jnp.log(total[:, 0])
 
-    alpha, log_totals = jax.lax.scan(forward, _start(N, feat.shape[0], Q, a.dtype), (f0, f1))
-    return (jnp.sum(log_totals, axis=0) + jnp.log(jnp.sum(alpha, axis=1))
+    L = _lanes(Q)
+    lanes = tuple(zip(_split(f0, L), _split(f1, L)))
+    alphas, logs = _scan_lanes(forward, (_start(N, feat.shape[0], Q // L, a.dtype),) * L, lanes)
+    last = jnp.concatenate([jnp.log(jnp.sum(x, axis=1)) for x in alphas], axis=-1)
+    return (jnp.sum(jnp.concatenate(logs, axis=-1), axis=0) + last
             + jnp.sum(log_scale, axis=(0, 1)))
 
 
