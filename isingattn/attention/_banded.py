@@ -38,6 +38,9 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   carries its derivative along ``g`` next to it, so the backward pass is one more
   forward-backward sweep with doubled messages and keeps no per-state residuals (a
   ``jax.jvp`` of the recursion computes the same numbers with more passes and was slower).
+  Both the field and the coupling gradient come from one joint per key: the window before
+  key ``k`` together with ``s_k = 1``, whose covariance with ``G`` summed over windows is
+  ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
 * **Causal packing** (:func:`transfer_inference`): under a causal mask rows ``t`` and
   ``T - 1 - t`` share one chain.
 

@@ -55,6 +55,22 @@ from ._base import Sampler
 
 MCMC_PARAMETERS = {"num_burnin": [], "thinning": [], "initial_states": [], "beta_schedule": []}
 
+#: Spin updates per sweep (models x chains x variables) from which the streamed driver splits
+#: the chains into :data:`CHAIN_LANES` independent lanes (see :func:`_chain_lanes`).
+LANE_MIN_UPDATES = 1 << 19
+#: Lanes of chains the streamed driver runs side by side in one loop body.
+CHAIN_LANES = 2
+
+
+def _chain_lanes(num_models, num_chains, n):
+    """How many lanes the streamed driver splits the chains into. One sweep of all chains is a
+    chain of dependent operations, which XLA's CPU runtime runs on one thread; independent lanes
+    in the same loop body run concurrently, at the price of the thread pool's hand-offs, which
+    only large sweeps repay."""
+    if num_chains < CHAIN_LANES or num_models * num_chains * n < LANE_MIN_UPDATES:
+        return 1
+    return CHAIN_LANES
+
 
 def random_initial_states(model_flat, key, num_chains):
     """Uniformly random states ``(B, chain, n)`` with masked variables at the low value."""
@@ -188,19 +204,22 @@ class MCMCSampler(Sampler):
             sched = jnp.asarray(check_beta_schedule(beta_schedule, total), model.dtype)
             betas = jnp.broadcast_to(sched, (B, total))
         keys = jax.random.split(k_run, B * num_chains).reshape(B, num_chains)
+        lanes = _chain_lanes(B, num_chains, model.n) if streamed else 1
         xs, info = _run(self, flat, keys, x0, betas, jnp.int32(num_burnin), num_samples,
-                        jnp.int32(thinning), streamed)
+                        jnp.int32(thinning), streamed, lanes)
         batch = model.batch_shape
         spins = xs.reshape(batch + (num_chains, num_samples, model.n))
         info = {k: v.reshape(batch + (num_chains,) + v.shape[2:]) for k, v in info.items()}
         return spins, info
 
 
-@functools.partial(jax.jit, static_argnums=(0, 6, 8))
-def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, streamed):
+@functools.partial(jax.jit, static_argnums=(0, 6, 8, 9))
+def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, streamed, lanes):
     # streamed (fixed beta, a kernel that carries its stream): nested loops whose bodies hold
-    # only the kernel, so XLA runs them inline (module docstring). num_burnin and thinning are
-    # loop bounds there, traced: changing them does not recompile.
+    # only the kernel, so XLA runs them inline (module docstring), or with lanes > 1 the chains
+    # split into that many independent lanes (_chain_lanes; the same draws, as every chain has
+    # its own stream). num_burnin and thinning are loop bounds there, traced: changing them
+    # does not recompile.
     # Otherwise: one scan over all sweeps (burn-in included), the kernel traced and compiled once.
     # After sweep t the state is written to draw slot max(t - num_burnin, 0) // thinning; the
     # last write to slot k is sweep num_burnin + (k + 1) * thinning - 1, the kept one. Only the
@@ -219,25 +238,43 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
         buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
         if streamed:
             beta = beta_row[0]
-            prep = sampler.prepare(model, beta, x.shape[0])
-            kw = {} if prep is None else {"prep": prep}
+            cuts = np.linspace(0, x.shape[0], lanes + 1).astype(int)
+
+            def split(tree):
+                return tuple(jax.tree_util.tree_map(lambda a: a[lo:hi], tree)
+                             for lo, hi in zip(cuts[:-1], cuts[1:]))
+
+            def join(trees):
+                return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *trees)
+
+            kws = []
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                prep = sampler.prepare(model, beta, int(hi - lo))
+                kws.append({} if prep is None else {"prep": prep})
+
+            def sweep(states):  # one sweep of every lane: independent operation chains
+                return tuple(sampler.step_chains(model, st, None, beta, **kw)
+                             for st, kw in zip(states, kws))
 
             def burn(_, states):
-                return sampler.step_chains(model, states, None, beta, **kw)[0]
+                return tuple(st for st, _ in sweep(states))
 
             def kept_sweep(_, carry):
                 states, acc = carry
-                states, info = sampler.step_chains(model, states, None, beta, **kw)
-                return states, jax.tree_util.tree_map(lambda a, v: a + v, acc, info)
+                out = sweep(states)
+                return (tuple(st for st, _ in out),
+                        tuple(jax.tree_util.tree_map(lambda a, v: a + v, a, info)
+                              for a, (_, info) in zip(acc, out)))
 
             def draw(k, carry):
                 states, acc, buf = carry
                 states, acc = jax.lax.fori_loop(0, thinning, kept_sweep, (states, acc))
-                return states, acc, jax.lax.dynamic_update_index_in_dim(buf, states.x, k, 1)
+                x = jnp.concatenate([st.x for st in states])
+                return states, acc, jax.lax.dynamic_update_index_in_dim(buf, x, k, 1)
 
-            states = jax.lax.fori_loop(0, num_burnin, burn, states)
-            _, acc, buf = jax.lax.fori_loop(0, num_samples, draw, (states, acc0, buf0))
-            return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
+            states = jax.lax.fori_loop(0, num_burnin, burn, split(states))
+            _, acc, buf = jax.lax.fori_loop(0, num_samples, draw, (states, split(acc0), buf0))
+            return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), join(acc))
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
         def sweep(carry, t):
