@@ -12,8 +12,9 @@ for large clusters; use :class:`SwendsenWangSampler`, which handles fields exact
 
 Two ways to find the cluster, same distribution:
 
-* ``cluster="labels"`` (default): draw the FK bonds of every edge, label all clusters with the
-  in-JAX connected components of :class:`SwendsenWangSampler`, flip the one holding the seed.
+* ``cluster="labels"`` (default): draw the FK bonds of every edge, label all clusters with
+  ``components_jax`` (the hooking rounds of :class:`SwendsenWangSampler`'s labelling, over the
+  model's edge list), flip the one holding the seed.
   The bonds outside the seed's cluster are never looked at, so the flipped cluster has exactly
   the Wolff distribution. Cost ``O(E)`` per flip in a few vectorized rounds.
 * ``cluster="stack"``: the textbook growth from a stack in a ``lax.while_loop``, one iteration
