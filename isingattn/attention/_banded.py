@@ -215,7 +215,7 @@ def _vjp_tile(a, c, feat, g, pairs=True):
     statistics use anyway.
     """
     _, K, N, Q = a.shape
-    R, r = feat.shape
+    R = feat.shape[0]
     half = R // 2
     f0, f1, C, _ = _factors(a, c, feat)
     C_even, C_odd = C[:, 0::2], C[:, 1::2]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from typing import NamedTuple
 
 import jax
@@ -238,17 +239,19 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
         buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
         if streamed:
             beta = beta_row[0]
-            cuts = np.linspace(0, x.shape[0], lanes + 1).astype(int)
+            bounds = list(itertools.pairwise(np.linspace(0, x.shape[0], lanes + 1).astype(int)))
 
             def split(tree):
-                return tuple(jax.tree_util.tree_map(lambda a: a[lo:hi], tree)
-                             for lo, hi in zip(cuts[:-1], cuts[1:]))
+                def part(lo, hi):
+                    return jax.tree_util.tree_map(lambda a: a[lo:hi], tree)
+
+                return tuple(part(lo, hi) for lo, hi in bounds)
 
             def join(trees):
                 return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *trees)
 
             kws = []
-            for lo, hi in zip(cuts[:-1], cuts[1:]):
+            for lo, hi in bounds:
                 prep = sampler.prepare(model, beta, int(hi - lo))
                 kws.append({} if prep is None else {"prep": prep})
 
