@@ -27,8 +27,11 @@ draw over its ``thinning`` sweeps). XLA's CPU runtime executes a loop body whose
 a single dependency chain inline on the calling thread, and hands it to its thread pool
 otherwise; per-sweep key derivation and draw bookkeeping made the body a graph, and the pool's
 hand-offs cost more than a whole checkerboard sweep (Metropolis on a 64 x 64 lattice, 4 chains:
-about 2.3x slower, measured). Kernels may also supply loop-invariant tables (``prepare``),
-which the driver computes before its loops. Other backends, and runs with a ``beta_schedule``,
+about 2.3x slower, measured). Large runs (at least :data:`LANE_MIN_UPDATES` spin updates per
+sweep) split the chains into :data:`CHAIN_LANES` lanes stepped side by side in one body, so that
+the runtime runs them on different cores; every chain carries its own stream, so the draws do
+not change. Kernels may also supply loop-invariant tables (``prepare``), which the driver
+computes before its loops. Other backends, and runs with a ``beta_schedule``,
 use one scan over all sweeps with the key ``fold_in(chain key, sweep)``.
 
 Run layout: ``num_burnin`` sweeps are discarded, then ``num_samples`` draws are kept, one every
@@ -174,7 +177,8 @@ class MCMCSampler(Sampler):
 
     def prepare(self, model, beta, num_chains):
         """Loop-invariant arrays of ``step_chains`` for ``model`` at a fixed ``beta`` with
-        ``num_chains`` chains, or None (the default). The streamed driver computes them once,
+        ``num_chains`` chains (those of one lane when the driver splits them), or None (the
+        default). The streamed driver computes them once,
         before its loops, and passes them as ``step_chains(..., prep=prep)``: XLA does not hoist
         size-inflating operations (neighbour-table gathers, tiling over chains) out of a loop,
         and left inside they both cost time and split the loop body's dependency chain."""
