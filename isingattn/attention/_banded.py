@@ -276,7 +276,6 @@ def _vjp_tile(a, c, feat, g, pairs=True):
 
     def backward(carry, blk):
         beta, B, acc = carry
-        acc = list(acc)
         (start, Astart), b0, b1, gb = blk
         before = [(start, Astart)]  # recomputed windows before each key of the block
         for i in range(K - 1):
@@ -292,20 +291,19 @@ def _vjp_tile(a, c, feat, g, pairs=True):
                 inv = 1.0 / jnp.sum(bef * beta, axis=1, keepdims=True)
                 rel = jnp.sum(Abef * beta + bef * B, axis=1, keepdims=True) * inv  # E[G]
             # Joint of (window w before key k, s_k = 1): bef(w) C(w) hi(w >> 1). Its covariance
-            # with G, per window, gives dm_k (summed) and every pair s_k s_{k-d} (d <= r: the
-            # bits of w). Each key has its own accumulator, updated while its windows are at
-            # hand.
+            # with G, per window, gives dm_k (summed over w) and every pair s_k s_{k-d} (d <= r:
+            # the bits of w; summed over queries here, contracted with the bits at the end).
             bv, Av = bef.reshape(N, half, 2, Q), Abef.reshape(N, half, 2, Q)
             cov = ((Av * h + bv * (dh - h * rel[:, :, None])) * C_pairs
                    * inv[:, :, None]).reshape(N, R, Q)
             dm[i] = jnp.sum(cov, axis=1)
-            acc[i] = acc[i] + jnp.sum(cov, axis=2)
+            acc = acc + jnp.sum(cov, axis=2)
         inv_t = 1.0 / jnp.sum(beta, axis=1, keepdims=True)
-        return (beta * inv_t, B * inv_t, tuple(acc)), jnp.stack(dm)
+        return (beta * inv_t, B * inv_t, acc), jnp.stack(dm)
 
-    acc0 = (jnp.zeros((N, R), a.dtype),) * K
+    acc0 = jnp.zeros((N, R), a.dtype)
     final, da = _scan_lanes(backward, ((ones, zeros, acc0),) * L, xs, reverse=True)
-    acc = sum(x for f in final for x in f[2])
+    acc = sum(f[2] for f in final)
     # s_{k-d} is bit r - d of the window before key k (bit 0: the oldest, d = r)
     dc = acc @ feat
     return jnp.concatenate(da, axis=-1), dc
