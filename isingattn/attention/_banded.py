@@ -495,6 +495,8 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False):
     c = jnp.broadcast_to(beta * couplings.band(S).astype(h.dtype), (N, r))
     mask = jnp.broadcast_to(mask, h.shape)
     a = jnp.where(mask, beta * h, -jnp.inf)
+    limit, m_lim, u_lim = _sparse_limit(a, c)
+    a = jnp.where(limit, -jnp.inf, a)  # the chains skip the rows the limit answers
     a = jnp.transpose(a, (0, 2, 1, 3))  # (B, T, N, S): one chain per (b, t, n)
     if causal and T > 1:
         src, dst = _causal_packing(T, S, r)
@@ -507,5 +509,31 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False):
     else:
         m = banded_chain_marginals(a, c, coupling_grad=coupling_grad)
         m = jnp.transpose(m, (0, 2, 1, 3))
-    m = jnp.where(mask, m, 0.0)
-    return Inference(m, m, m, None)
+    u = jnp.where(mask, jnp.where(limit, u_lim, m), 0.0)
+    m = jnp.where(mask, jnp.where(limit, m_lim, m), 0.0)
+    return Inference(m, u, m, None)
+
+
+def _sparse_limit(a, c):
+    """The rows whose every key is almost surely empty, answered in closed form.
+
+    When ``a_max + 2 sum_d max(c_d, 0) < -A`` (``a_max`` the row's largest natural field), every
+    key that joins a pattern multiplies its weight by at most ``exp(-A)`` whatever it couples
+    to, so the patterns with two or more keys change the marginals by a relative
+    ``S exp(-A)``. With ``A = log S + log(1 / eps) + 2`` that is below the float precision,
+    and ``m_k = exp(a_k) / (1 + sum_j exp(a_j))`` (the one-key patterns) is the exact answer:
+    the ``b -> -inf`` softmax limit. The chains cannot give it there: their factors
+    ``exp(a_k)`` underflow (float32: below about -87), which left the normalized weights
+    wrong, not just rounded. Returns the rows (bool, ``(B, N, T, 1)``), their marginals, and
+    weights proportional to them that stay O(1) (``exp(a_k - a_max)``); values on other rows
+    are finite and unused."""
+    S = a.shape[-1]
+    amax = jnp.max(a, axis=-1, keepdims=True)  # -inf on rows with no allowed key
+    cpos = jnp.sum(jnp.maximum(c, 0), axis=-1)[:, None, None]
+    bound = math.log(S) - math.log(jnp.finfo(a.dtype).eps) + 2
+    limit = jax.lax.stop_gradient(jnp.isfinite(amax) & (amax + 2 * cpos < -bound))
+    x = jnp.where(limit, a, 0.0)
+    shift = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+    u = jnp.exp(x - shift)
+    log_z = jax.nn.softplus(shift + jnp.log(jnp.sum(u, axis=-1, keepdims=True)))
+    return limit, jnp.exp(x - log_z), u

@@ -106,8 +106,9 @@ def test_zero_couplings_is_normalized_sigmoid_attention(method):
         np.testing.assert_allclose(out, ref, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("couplings", [None, "banded"])
-def test_bias_to_minus_infinity_converges_to_softmax(couplings):
+@pytest.mark.parametrize("couplings,method", [(None, "exact"), ("banded", "exact"),
+                                              ("banded", "transfer")])
+def test_bias_to_minus_infinity_converges_to_softmax(couplings, method):
     """The deviation from softmax(beta q.k / sqrt(d)) falls like exp(beta b): its log drops by
     beta per unit of b (first-order term: patterns with two keys, weight e^(2 beta b))."""
     q, k, v = _qkv(N=2, K=2, T=3, S=5)
@@ -118,13 +119,46 @@ def test_bias_to_minus_infinity_converges_to_softmax(couplings):
     errs = []
     for b in bs:
         out = boltzmann_attention(q, k, v, couplings=c, beta=beta, chemical_potential=b,
-                                  method="exact")
+                                  method=method)
         errs.append(float(jnp.max(jnp.abs(out - ref))))
     errs = np.array(errs)
     assert np.all(np.diff(errs) < 0), errs
     slopes = np.diff(np.log(errs)) / np.diff(bs)
     np.testing.assert_allclose(slopes, beta, rtol=0.05)
     assert errs[-1] < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_transfer_follows_exact_into_the_softmax_limit(dtype):
+    """Deep negative chemical potentials, where the chains' factors exp(beta h) underflow
+    (float32 below about -87): the rows past the bound of the closed-form limit and the rows
+    just inside it both match enumeration (run in float64), outputs and gradients, and reach
+    softmax. Before the limit path, float32 transfer was off by O(1) from b = -90 on."""
+    q, k, v = (x.astype(dtype) for x in _qkv(N=2, K=1, T=5, S=7, seed=3))
+    c = _banded(r=3, strength=2.0)  # strong couplings of both signs
+    # softmax in float64 by hand (jax.nn.dot_product_attention is off by 1e-7 in float64)
+    k64, v64 = (jnp.repeat(x.astype(jnp.float64), 2, axis=2) for x in (k, v))
+    logits = jnp.einsum("btnh,bsnh->bnts", q.astype(jnp.float64), k64) / np.sqrt(q.shape[-1])
+    w = jax.nn.softmax(jnp.where(jnp.tril(jnp.ones((5, 7), bool)), logits, -jnp.inf), axis=-1)
+    sm = jnp.einsum("bnts,bsnh->btnh", w, v64)
+    tol = 2e-5 if dtype == jnp.float32 else 1e-9
+
+    def out(method, b, q):
+        return boltzmann_attention(q, k, v, couplings=c, chemical_potential=b, method=method,
+                                   is_causal=True)
+
+    # float32 bound: log 7 + log(1/eps) + 2 = 19.9 on a_max + 2 sum(c+); the b grid crosses it
+    for b in (-15.0, -25.0, -40.0, -60.0, -95.0, -300.0, -800.0):
+        ref = out("exact", b, q.astype(jnp.float64))
+        got = out("transfer", b, q)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, ref, atol=tol, err_msg=f"b={b}")
+        if b <= -60:
+            np.testing.assert_allclose(got, sm, atol=tol, err_msg=f"b={b}")
+        g_ref = jax.grad(lambda q: jnp.sum(out("exact", b, q) ** 2))(q.astype(jnp.float64))
+        g = jax.grad(lambda q: jnp.sum(out("transfer", b, q) ** 2))(q)
+        assert np.all(np.isfinite(g)), b
+        np.testing.assert_allclose(g, g_ref, atol=10 * tol, err_msg=f"b={b}")
 
 
 # --------------------------------------------------------------------------------------------
