@@ -25,6 +25,10 @@ same number of chains (``--chains``, default 4) for both samplers, every rate co
   window).
 
 Prints the ratio ``SW/Metropolis effective |m| samples per second`` (target >= 20x).
+``--chains-sweep 1,4,16`` adds the same rates (SW ``"jax"`` and Metropolis, medians of
+``--repeats``) at other numbers of chains, with the ratio each would give with the tau values
+above (tau_int is a property of one chain): the ratio depends on the number of chains, because
+Metropolis vectorizes over chains and an SW step does not get cheaper per chain.
 
 Run: ``.venv/bin/python benchmarks/bench_cluster.py [--repeats 3] [--metro-tau-sweeps 60000]``.
 """
@@ -89,6 +93,8 @@ def main(argv=None):
     p.add_argument("--metro-tau-sweeps", type=int, default=100_000)
     p.add_argument("--metro-thin", type=int, default=50)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--chains-sweep", default="",
+                   help="comma-separated numbers of chains at which to repeat the two rates")
     p.add_argument("--with-storage", action="store_true",
                    help="also time runs that keep their draws (SW every update, Metropolis "
                         "every --metro-thin sweeps)")
@@ -168,6 +174,26 @@ def main(argv=None):
         print(f"with draws kept (SW all {args.sw_sweeps}, Metropolis every {thin}th): SW "
               f"{sps_s:.1f} sweeps/s, Metropolis {sps_m:.1f} sweeps/s -> effective |m| samples "
               f"per second SW/Metropolis = {(sps_s / sw_tau) / (sps_m / m_tau):.1f}x")
+    for c in [int(x) for x in args.chains_sweep.split(",") if x.strip()]:
+        xc = sw.sample(model, jax.random.fold_in(key, 5000 + c), 1, num_chains=c,
+                       num_burnin=200).spins[:, -1]
+        # about as many sweeps of all chains together as the main runs
+        n_sw = max(args.sw_sweeps * C // c, 20)
+        n_m = max(args.metro_sweeps * C // c, 100)
+
+        def run_sw_c(r, c=c, xc=xc, n_sw=n_sw):
+            return sw.sample(model, jax.random.fold_in(key, 6000 + r), 1, num_chains=c,
+                             num_burnin=n_sw - 1, initial_states=xc)
+
+        def run_m_c(r, c=c, xc=xc, n_m=n_m):
+            return met.sample(model, jax.random.fold_in(key, 7000 + r), 1, num_chains=c,
+                              num_burnin=n_m - 1, initial_states=xc)
+
+        (_, med_s, _), (_, med_m, _) = timed_interleaved([run_sw_c, run_m_c], args.repeats)
+        sps_s, sps_m = c * n_sw / med_s, c * n_m / med_m
+        print(f"{c:4d} chains: SW {sps_s:9.1f} sweeps/s, Metropolis {sps_m:9.1f} sweeps/s -> "
+              f"effective |m| samples per second SW/Metropolis = "
+              f"{(sps_s / sw_tau) / (sps_m / m_tau):.1f}x")
     print(f"sweeps/s: SW/Metropolis = {sw_sps / m_sps:.2f}x; "
           f"ours SW/Metropolis effective |m| samples per second = {sw_eff / m_eff:.1f}x "
           f"on a {L}x{L} lattice at beta_c, {C} chains each (target >= 20x)")
