@@ -22,18 +22,18 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import host_timed, timed  # noqa: E402
-from bench_transfer import long_banded  # noqa: E402
+from _common import host_timed, timed
+from bench_transfer import long_banded
 
-from isingattn import exact  # noqa: E402
-from isingattn.models import random_dense  # noqa: E402
+from isingattn import exact
+from isingattn.models import random_dense
 
 
 def enumeration_vs_exact_solver(n, repeats):
     import dimod
 
     model = random_dense(jax.random.key(0), n, J_scale=1 / np.sqrt(n), beta=1.0)
-    first, med, _, mo = timed(lambda m: exact.moments(m), model, repeats=repeats)
+    first, med, _, _mo = timed(lambda m: exact.moments(m), model, repeats=repeats)
     bqm = model.to_bqm()
     d_med, _, ss = host_timed(dimod.ExactSolver().sample, bqm, repeats=max(1, repeats // 2))
     assert len(ss) == 2**n

@@ -21,10 +21,10 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import timed  # noqa: E402
+from _common import timed
 
-from isingattn import exact  # noqa: E402
-from isingattn.models import IsingModel, SparseIsingModel, chain  # noqa: E402
+from isingattn import exact
+from isingattn.models import IsingModel, SparseIsingModel, chain
 
 
 def long_banded(n, r, repeats):

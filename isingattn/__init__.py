@@ -8,4 +8,4 @@ from .models import IsingModel, SparseIsingModel, Vartype
 from .samplers import Samples
 
 __version__ = "0.1.0"
-__all__ = ["IsingModel", "SparseIsingModel", "Vartype", "Samples", "models", "exact", "samplers"]
+__all__ = ["IsingModel", "Samples", "SparseIsingModel", "Vartype", "exact", "models", "samplers"]

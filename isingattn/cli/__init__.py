@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         "diagnostics.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod in COMMANDS.items():
+    for mod in COMMANDS.values():
         module = importlib.import_module(mod, __name__)
         module.add_parser(sub)
     return parser

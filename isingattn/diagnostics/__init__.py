@@ -54,7 +54,7 @@ from ._temperature import (
     flip_energies,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (grouped by topic, as in the API reference)
     # observables
     "magnetization", "abs_magnetization", "site_magnetization", "energy", "susceptibility",
     "specific_heat", "binder_cumulant", "correlations", "connected_correlation",

@@ -115,10 +115,10 @@ def _stats_one(a, W, c, *, want_corr: bool, want_best: bool):
     k, nh, chunk, nchunks = _layout(n)
     BL, gL = _low_table(a, W, k)
     dt = a.dtype
-    init = dict(
-        m=jnp.array(-jnp.inf, dt), s=jnp.zeros((), dt), col=jnp.zeros(1 << k, dt),
-        muH=jnp.zeros(nh, dt), best=jnp.array(-jnp.inf, dt), arg=jnp.zeros((), jnp.int32),
-    )
+    init = {
+        "m": jnp.array(-jnp.inf, dt), "s": jnp.zeros((), dt), "col": jnp.zeros(1 << k, dt),
+        "muH": jnp.zeros(nh, dt), "best": jnp.array(-jnp.inf, dt), "arg": jnp.zeros((), jnp.int32),
+    }
     if want_corr:
         init.update(MHL=jnp.zeros((nh, 1 << k), dt), CHH=jnp.zeros((nh, nh), dt))
 
@@ -129,11 +129,11 @@ def _stats_one(a, W, c, *, want_corr: bool, want_best: bool):
         scale = jnp.exp(carry["m"] - m_new)
         w = jnp.exp(logw - m_new)
         row = jnp.sum(w, axis=1)
-        out = dict(
-            m=m_new, s=carry["s"] * scale + jnp.sum(row),
-            col=carry["col"] * scale + jnp.sum(w, axis=0),
-            muH=carry["muH"] * scale + row @ BH,
-        )
+        out = {
+            "m": m_new, "s": carry["s"] * scale + jnp.sum(row),
+            "col": carry["col"] * scale + jnp.sum(w, axis=0),
+            "muH": carry["muH"] * scale + row @ BH,
+        }
         if want_best:
             flat = jnp.argmax(logw).astype(jnp.int32)
             better = mc > carry["best"]
@@ -296,12 +296,12 @@ def _probabilities(model):
 
 def _log_weights_batch(a, W, c):
     n = a.shape[-1]
-    k, nh, chunk, nchunks = _layout(n)
+    k, _, chunk, nchunks = _layout(n)
 
     def one(t):
         a1, W1, c1 = t
         BL, gL = _low_table(a1, W1, k)
-        f = lambda j: _chunk_logw(a1, W1, c1, k, chunk, j, BL, gL)[0]  # noqa: E731
+        f = lambda j: _chunk_logw(a1, W1, c1, k, chunk, j, BL, gL)[0]
         return jax.lax.map(f, jnp.arange(nchunks, dtype=jnp.int32)).reshape(-1)
 
     return jax.lax.map(one, (a, W, c), batch_size=_group_size(n))
@@ -326,7 +326,7 @@ def _sample_batch(keys, a, W, c, num_samples):
     """Two-level exact sampling: high bits from their marginal (row sums), then low bits from
     the conditional row; memory ``O(2^(n-k) + num_samples * 2^k)`` per model."""
     n = a.shape[-1]
-    k, nh, chunk, nchunks = _layout(n)
+    k, _, chunk, nchunks = _layout(n)
 
     def one(t):
         key, a1, W1, c1 = t

@@ -663,7 +663,13 @@ def _sample_with_info(model, key, num_samples, bandwidth):
 
 
 __all__ = [
-    "MAX_TRANSFER_LOG2_STATES", "MAX_TRANSFER_FULL_CORRELATIONS_N", "TransferMoments",
-    "bandwidth", "transfer_log_partition", "transfer_marginals", "transfer_correlations",
-    "transfer_moments", "transfer_sample",
+    "MAX_TRANSFER_FULL_CORRELATIONS_N",
+    "MAX_TRANSFER_LOG2_STATES",
+    "TransferMoments",
+    "bandwidth",
+    "transfer_correlations",
+    "transfer_log_partition",
+    "transfer_marginals",
+    "transfer_moments",
+    "transfer_sample",
 ]

@@ -20,7 +20,22 @@ from ._spec import GENERATORS, model_from_spec
 from ._vartype import Vartype, as_vartype
 
 __all__ = [
-    "ModelBase", "IsingModel", "SparseIsingModel", "Graph", "Vartype", "as_vartype",
-    "chain", "square_lattice", "lattice_edges", "sherrington_kirkpatrick", "random_dense",
-    "from_attention", "model_from_spec", "GENERATORS", "to_bqm", "from_bqm", "to_networkx", "from_networkx",
+    "GENERATORS",
+    "Graph",
+    "IsingModel",
+    "ModelBase",
+    "SparseIsingModel",
+    "Vartype",
+    "as_vartype",
+    "chain",
+    "from_attention",
+    "from_bqm",
+    "from_networkx",
+    "lattice_edges",
+    "model_from_spec",
+    "random_dense",
+    "sherrington_kirkpatrick",
+    "square_lattice",
+    "to_bqm",
+    "to_networkx",
 ]

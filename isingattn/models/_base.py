@@ -291,4 +291,4 @@ class ModelBase:
         )
 
 
-__all__ = ["ModelBase", "align", "float_dtype", "default_float_dtype"]
+__all__ = ["ModelBase", "align", "default_float_dtype", "float_dtype"]

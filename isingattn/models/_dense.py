@@ -84,10 +84,11 @@ class IsingModel(ModelBase):
 
     # ------------------------------------------------------------------ representation hooks
     def _constructor_kwargs(self):
-        return dict(
-            h=self.h, J=self.J, beta=self.beta, vartype=self.vartype, offset=self.offset,
-            mask=self.mask, labels=self.labels,
-        )
+        return {
+            "h": self.h, "J": self.J, "beta": self.beta, "vartype": self.vartype,
+            "offset": self.offset,
+            "mask": self.mask, "labels": self.labels,
+        }
 
     def _set_fields(self, fields):
         for k, v in fields.items():
@@ -121,7 +122,7 @@ class IsingModel(ModelBase):
         return {"J": self.active_J * factor}
 
     # ------------------------------------------------------------------ other forms
-    def to_dense(self) -> "IsingModel":
+    def to_dense(self) -> IsingModel:
         return self
 
     def to_sparse(self, tol: float = 0.0):

@@ -138,10 +138,11 @@ class SparseIsingModel(ModelBase):
 
     # ------------------------------------------------------------------ representation hooks
     def _constructor_kwargs(self):
-        return dict(
-            h=self.h, edges=self.graph, J=self.J, beta=self.beta, vartype=self.vartype,
-            offset=self.offset, mask=self.mask, labels=self.labels,
-        )
+        return {
+            "h": self.h, "edges": self.graph, "J": self.J, "beta": self.beta,
+            "vartype": self.vartype,
+            "offset": self.offset, "mask": self.mask, "labels": self.labels,
+        }
 
     def _set_fields(self, fields):
         fields = dict(fields)

@@ -5,5 +5,9 @@ sampler's effective inverse temperature."""
 from ._distribution import IsingDistribution
 from ._temperature import AUTO_EXACT_MAX_N, effective_beta_bayes, ising_temperature_model
 
-__all__ = ["IsingDistribution", "effective_beta_bayes", "ising_temperature_model",
-           "AUTO_EXACT_MAX_N"]
+__all__ = [
+           "AUTO_EXACT_MAX_N",
+           "IsingDistribution",
+           "effective_beta_bayes",
+           "ising_temperature_model",
+]

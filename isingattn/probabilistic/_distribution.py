@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
@@ -66,7 +68,7 @@ class IsingDistribution(dist.Distribution):
       ...     numpyro.sample("x", IsingDistribution(chain(5, beta=beta)), obs=x)
     """
 
-    arg_constraints = {}
+    arg_constraints: ClassVar[dict] = {}
     pytree_data_fields = ("model",)
     pytree_aux_fields = ("sampler", "sampler_options", "_vartype")
     has_enumerate_support = False

@@ -2,21 +2,21 @@
 num_chains=1, ...) -> Samples``. Every backend is also a dimod sampler through
 :func:`as_dimod_sampler`, and any dimod sampler is one of ours through :class:`DimodSampler`."""
 
+from ._annealing import SimulatedAnnealingSampler, anneal, annealing_schedule, default_beta_range
 from ._base import TIMING_KEYS, Sampler, Samples, check_key, key_from_seed, seed_from_key
-from ._dimod import DimodSampler, as_dimod_sampler
-from ._diabatic import DiabaticAnnealingSampler
-from ._exact import ExactSampler
 from ._colouring import colour_classes
+from ._diabatic import DiabaticAnnealingSampler
+from ._dimod import DimodSampler, as_dimod_sampler
+from ._exact import ExactSampler
 from ._gibbs import GibbsSampler
 from ._mcmc import MCMCSampler, SingleSiteSampler
 from ._metropolis import MetropolisSampler
-from ._tempering import ParallelTemperingSampler
-from ._swendsen_wang import SwendsenWangSampler
-from ._transfer import TransferMatrixSampler
-from ._wolff import WolffSampler
-from ._annealing import SimulatedAnnealingSampler, anneal, annealing_schedule, default_beta_range
 from ._neal import NealSampler, host_sample_callback
 from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUSampler
+from ._swendsen_wang import SwendsenWangSampler
+from ._tempering import ParallelTemperingSampler
+from ._transfer import TransferMatrixSampler
+from ._wolff import WolffSampler
 
 #: Backends by name (CLI and comparisons). Adding a backend: its file, this table, ``__all__``.
 BACKENDS: dict[str, type[Sampler]] = {
@@ -43,15 +43,34 @@ def get_sampler(name: str, **kwargs) -> Sampler:
 
 
 __all__ = [
-    "BACKENDS", "get_sampler",
-    "Sampler", "Samples", "TIMING_KEYS", "check_key", "seed_from_key", "key_from_seed",
-    "ExactSampler", "DimodSampler", "as_dimod_sampler",
-    "TransferMatrixSampler",
+    "BACKENDS",
+    "TIMING_KEYS",
     "DiabaticAnnealingSampler",
-    "MCMCSampler", "SingleSiteSampler", "GibbsSampler", "MetropolisSampler",
-    "ParallelTemperingSampler", "colour_classes",
-    "SwendsenWangSampler", "WolffSampler",
-    "SimulatedAnnealingSampler", "anneal", "annealing_schedule", "default_beta_range",
-    "NealSampler", "host_sample_callback",
-    "QPUSampler", "OfflineQPUSampler", "QPUConfigurationError",
+    "DimodSampler",
+    "ExactSampler",
+    "GibbsSampler",
+    "MCMCSampler",
+    "MetropolisSampler",
+    "NealSampler",
+    "OfflineQPUSampler",
+    "ParallelTemperingSampler",
+    "QPUConfigurationError",
+    "QPUSampler",
+    "Sampler",
+    "Samples",
+    "SimulatedAnnealingSampler",
+    "SingleSiteSampler",
+    "SwendsenWangSampler",
+    "TransferMatrixSampler",
+    "WolffSampler",
+    "anneal",
+    "annealing_schedule",
+    "as_dimod_sampler",
+    "check_key",
+    "colour_classes",
+    "default_beta_range",
+    "get_sampler",
+    "host_sample_callback",
+    "key_from_seed",
+    "seed_from_key",
 ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -564,7 +565,7 @@ class SimulatedAnnealingSampler(Sampler):
       (3, 1, 8, 12)
     """
 
-    parameters = {
+    parameters: ClassVar[dict[str, list]] = {
         "num_sweeps": [],
         "num_sweeps_per_beta": [],
         "beta_range": [],
@@ -573,7 +574,7 @@ class SimulatedAnnealingSampler(Sampler):
         "initial_states": [],
         "proposal_acceptance_criteria": [],
     }
-    properties = {"beta_schedule_options": BETA_SCHEDULE_TYPES,
+    properties: ClassVar[dict[str, Any]] = {"beta_schedule_options": BETA_SCHEDULE_TYPES,
                   "proposal_acceptance_criteria": ACCEPTANCE_CRITERIA}
 
     def __init__(self, **defaults):
@@ -592,6 +593,10 @@ class SimulatedAnnealingSampler(Sampler):
 
 
 __all__ = [
-    "SimulatedAnnealingSampler", "anneal", "annealing_schedule", "default_beta_range",
-    "BETA_SCHEDULE_TYPES", "ACCEPTANCE_CRITERIA",
+    "ACCEPTANCE_CRITERIA",
+    "BETA_SCHEDULE_TYPES",
+    "SimulatedAnnealingSampler",
+    "anneal",
+    "annealing_schedule",
+    "default_beta_range",
 ]

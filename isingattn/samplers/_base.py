@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +24,7 @@ TIMING_KEYS = ("setup_s", "sampling_s", "total_s")
 
 def check_key(key):
     """Return ``key`` if it is a JAX PRNG key (typed or raw uint32[2]); else a clear error."""
-    if isinstance(key, jax.Array) or isinstance(key, np.ndarray):
+    if isinstance(key, (jax.Array, np.ndarray)):
         if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
             return key
         if key.dtype == jnp.uint32 and key.shape == (2,):
@@ -135,8 +135,8 @@ class Sampler(abc.ABC):
     """
 
     #: Options accepted by :meth:`sample` beyond ``num_chains``.
-    parameters: dict[str, list] = {}
-    properties: dict[str, Any] = {}
+    parameters: ClassVar[dict[str, list]] = {}
+    properties: ClassVar[dict[str, Any]] = {}
 
     def sample(self, model: ModelBase, key, num_samples: int, *, num_chains: int = 1,
                **options) -> Samples:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -54,10 +55,10 @@ class DiabaticAnnealingSampler(Sampler):
       (2, 100, 5)
     """
 
-    parameters = {
+    parameters: ClassVar[dict[str, list]] = {
         "schedule": [], "annealing_time": [], "num_steps": [], "order": [], "tolerance": [],
     }
-    properties = {"exact": False, "quantum": True, "max_active_n": quantum.MAX_QUBITS,
+    properties: ClassVar[dict[str, Any]] = {"exact": False, "quantum": True, "max_active_n": quantum.MAX_QUBITS,
                   "annealing_time_units": "ns", "schedule_units": "GHz"}
 
     def __init__(self, schedule="dwave_like", annealing_time=0.1, *, num_steps=None, order=4,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from .. import exact
 from ._base import Sampler
 
@@ -20,8 +22,8 @@ class ExactSampler(Sampler):
       (2, 100, 6)
     """
 
-    parameters = {}
-    properties = {"exact": True, "max_n": exact.MAX_ENUMERATION_N}
+    parameters: ClassVar[dict[str, list]] = {}
+    properties: ClassVar[dict[str, Any]] = {"exact": True, "max_n": exact.MAX_ENUMERATION_N}
 
     def _sample(self, model, key, num_samples, num_chains):
         draws = exact.sample(model, key, num_chains * num_samples)

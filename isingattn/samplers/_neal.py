@@ -99,8 +99,8 @@ class NealSampler(Sampler):
             bqm = one.to_bqm()
             labels = one.variable_labels
             active = [v for v in bqm.variables]
-            call = dict(num_reads=total, seed=seed_from_key(keys[b]),
-                        num_sweeps_per_beta=per_beta, proposal_acceptance_criteria=crit)
+            call = {"num_reads": total, "seed": seed_from_key(keys[b]),
+                        "num_sweeps_per_beta": per_beta, "proposal_acceptance_criteria": crit}
             if stype == "fixed":
                 if beta_range is not None or beta_schedule is not None:
                     raise ValueError(

@@ -26,6 +26,7 @@ simulated annealing), so offline draws are Boltzmann-like rather than local mini
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -252,7 +253,7 @@ class QPUSampler(Sampler):
       ((1, 10, 6), False)
     """
 
-    parameters = {
+    parameters: ClassVar[dict[str, list]] = {
         "chain_strength": [],
         "chain_break_method": [],
         "annealing_time": [],
@@ -270,8 +271,8 @@ class QPUSampler(Sampler):
             _check_credentials(config_file, profile, token)
             from dwave.system import DWaveSampler
 
-            kw = dict(config_file=config_file, profile=profile,
-                      request_timeout=request_timeout, polling_timeout=polling_timeout)
+            kw = {"config_file": config_file, "profile": profile,
+                      "request_timeout": request_timeout, "polling_timeout": polling_timeout}
             if token is not None:
                 kw["token"] = token
             if solver is not None:
@@ -489,6 +490,12 @@ class OfflineQPUSampler(QPUSampler):
 
 
 __all__ = [
-    "QPUSampler", "OfflineQPUSampler", "QPUConfigurationError", "BoltzmannQPUEmulator",
-    "MajorityVote", "WeightedRandom", "auto_scale_factor", "CHAIN_BREAK_METHODS",
+    "CHAIN_BREAK_METHODS",
+    "BoltzmannQPUEmulator",
+    "MajorityVote",
+    "OfflineQPUSampler",
+    "QPUConfigurationError",
+    "QPUSampler",
+    "WeightedRandom",
+    "auto_scale_factor",
 ]

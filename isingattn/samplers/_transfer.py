@@ -3,6 +3,8 @@ sampling (any length; see :func:`isingattn.exact.transfer_sample`)."""
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from .. import exact
 from ..exact._transfer import _sample_with_info
 from ._base import Sampler
@@ -27,8 +29,8 @@ class TransferMatrixSampler(Sampler):
       (1, 10, 1000)
     """
 
-    parameters = {"bandwidth": []}
-    properties = {"exact": True, "max_log2_states": exact.MAX_TRANSFER_LOG2_STATES}
+    parameters: ClassVar[dict[str, list]] = {"bandwidth": []}
+    properties: ClassVar[dict[str, Any]] = {"exact": True, "max_log2_states": exact.MAX_TRANSFER_LOG2_STATES}
 
     def _sample(self, model, key, num_samples, num_chains, bandwidth=None):
         draws, log_z, plan = _sample_with_info(model, key, num_chains * num_samples, bandwidth)

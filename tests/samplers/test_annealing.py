@@ -24,10 +24,10 @@ from isingattn.samplers import (
     anneal,
     annealing_schedule,
     as_dimod_sampler,
+    colour_classes,
     default_beta_range,
     host_sample_callback,
 )
-from isingattn.samplers import colour_classes
 
 from .._stats import ALPHA, assert_chi2_matches, assert_mean_within_mcse
 
@@ -81,21 +81,21 @@ def test_schedules_follow_dwave_rules():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(beta_schedule_type="custom", beta_schedule=[1.0, np.nan]), "beta_schedule"),
-    (dict(beta_schedule_type="custom", beta_schedule=[1.0, -0.5]), "beta_schedule"),
-    (dict(beta_schedule_type="custom", beta_schedule=[1.0, np.inf]), "beta_schedule"),
-    (dict(beta_schedule_type="custom"), "beta_schedule must be given"),
-    (dict(beta_schedule_type="custom", beta_schedule=[1.0, 2.0], num_sweeps=5), "num_sweeps"),
-    (dict(beta_schedule=[1.0, 2.0]), "beta_schedule must be None"),
-    (dict(beta_range=(0.0, 1.0)), "beta_range"),  # geometric needs > 0
-    (dict(beta_range=(1.0, np.nan), beta_schedule_type="linear"), "beta_range"),
-    (dict(beta_range=(1.0, 2.0, 3.0)), "beta_range"),
-    (dict(beta_schedule_type="cosine"), "beta_schedule_type"),
-    (dict(num_sweeps=10, num_sweeps_per_beta=3), "divisible"),
-    (dict(num_sweeps=0), "num_sweeps"),
-    (dict(proposal_acceptance_criteria="Glauber"), "proposal_acceptance_criteria"),
-    (dict(initial_states=np.zeros((2, 4))), "initial_states"),  # 0 is not a spin
-    (dict(initial_states=np.ones((3, 5))), "initial_states"),  # wrong n
+    ({"beta_schedule_type": "custom", "beta_schedule": [1.0, np.nan]}, "beta_schedule"),
+    ({"beta_schedule_type": "custom", "beta_schedule": [1.0, -0.5]}, "beta_schedule"),
+    ({"beta_schedule_type": "custom", "beta_schedule": [1.0, np.inf]}, "beta_schedule"),
+    ({"beta_schedule_type": "custom"}, "beta_schedule must be given"),
+    ({"beta_schedule_type": "custom", "beta_schedule": [1.0, 2.0], "num_sweeps": 5}, "num_sweeps"),
+    ({"beta_schedule": [1.0, 2.0]}, "beta_schedule must be None"),
+    ({"beta_range": (0.0, 1.0)}, "beta_range"),  # geometric needs > 0
+    ({"beta_range": (1.0, np.nan), "beta_schedule_type": "linear"}, "beta_range"),
+    ({"beta_range": (1.0, 2.0, 3.0)}, "beta_range"),
+    ({"beta_schedule_type": "cosine"}, "beta_schedule_type"),
+    ({"num_sweeps": 10, "num_sweeps_per_beta": 3}, "divisible"),
+    ({"num_sweeps": 0}, "num_sweeps"),
+    ({"proposal_acceptance_criteria": "Glauber"}, "proposal_acceptance_criteria"),
+    ({"initial_states": np.zeros((2, 4))}, "initial_states"),  # 0 is not a spin
+    ({"initial_states": np.ones((3, 5))}, "initial_states"),  # wrong n
 ])
 def test_bad_options_are_named(kwargs, match):
     m = random_dense(jax.random.key(5), 4)
@@ -263,7 +263,7 @@ def test_neal_ground_state_masks_batches_and_keys():
     assert np.all(_ground_fraction(s.spins, m) >= 0.8)
     np.testing.assert_allclose(np.asarray(s.info["beta_range"]),
                                [dwave_default_beta_range(m[i].to_bqm()) for i in range(2)])
-    hot = dict(beta_schedule_type="fixed", num_sweeps=5)  # many distinct states
+    hot = {"beta_schedule_type": "fixed", "num_sweeps": 5}  # many distinct states
     a = neal.sample(m, KEY, 16, **hot)
     again = neal.sample(m, KEY, 16, **hot)
     other = neal.sample(m, jax.random.key(3), 16, **hot)

@@ -101,7 +101,7 @@ def test_masks_binary_and_same_key(qpu):
     # weak couplings without auto-scaling: a warm distribution, many distinct states
     m = random_dense(jax.random.key(6), 6, J_scale=0.1, h_scale=0.1, vartype="BINARY")
     m = m.replace(mask=jnp.array([1, 0, 1, 1, 1, 0], bool))
-    opts = dict(auto_scale=False, chain_strength=0.5)
+    opts = {"auto_scale": False, "chain_strength": 0.5}
     s = qpu.sample(m, KEY, 30, **opts)
     x = np.asarray(s.spins)
     assert set(np.unique(x).tolist()) <= {0.0, 1.0}

@@ -23,11 +23,16 @@ import pytest
 
 from isingattn import exact
 from isingattn.models import IsingModel, chain, random_dense, square_lattice
-from isingattn.samplers import ExactSampler
-from isingattn.samplers import SwendsenWangSampler, WolffSampler
-from isingattn.samplers import TransferMatrixSampler
-from isingattn.samplers import GibbsSampler, MetropolisSampler, ParallelTemperingSampler
-from isingattn.samplers import SimulatedAnnealingSampler
+from isingattn.samplers import (
+    ExactSampler,
+    GibbsSampler,
+    MetropolisSampler,
+    ParallelTemperingSampler,
+    SimulatedAnnealingSampler,
+    SwendsenWangSampler,
+    TransferMatrixSampler,
+    WolffSampler,
+)
 
 from .._stats import assert_chi2_matches, assert_mean_within_mcse, ess
 
