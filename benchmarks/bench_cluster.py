@@ -113,20 +113,19 @@ def main(argv=None):
 
     met = MetropolisSampler()
 
-    def run_sw(comp):
-        s = SwendsenWangSampler(components=comp)
-
+    def one_draw(sampler, chains, sweeps, x, seed):
+        """``fn(r)``: ``sweeps`` sweeps of ``chains`` chains from ``x``, keeping the last draw
+        (the timed runs of every rate), key ``fold_in(key, seed + r)``."""
         def run(r):
-            return s.sample(model, jax.random.fold_in(key, r), 1, num_chains=C,
-                            num_burnin=args.sw_sweeps - 1, initial_states=x0)
+            return sampler.sample(model, jax.random.fold_in(key, seed + r), 1, num_chains=chains,
+                                  num_burnin=sweeps - 1, initial_states=x)
 
         return run
 
-    def run_m(r):
-        return met.sample(model, jax.random.fold_in(key, 1000 + r), 1, num_chains=C,
-                          num_burnin=args.metro_sweeps - 1, initial_states=x0)
-
-    timed = timed_interleaved([run_sw("jax"), run_sw("scipy"), run_m], args.repeats)
+    timed = timed_interleaved(
+        [one_draw(SwendsenWangSampler(components=comp), C, args.sw_sweeps, x0, 0)
+         for comp in ("jax", "scipy")] + [one_draw(met, C, args.metro_sweeps, x0, 1000)],
+        args.repeats)
     results = {}
     for comp, (first, med, out) in zip(("jax", "scipy"), timed[:2]):
         sps = C * args.sw_sweeps / med
@@ -180,16 +179,8 @@ def main(argv=None):
         # about as many sweeps of all chains together as the main runs
         n_sw = max(args.sw_sweeps * C // c, 20)
         n_m = max(args.metro_sweeps * C // c, 100)
-
-        def run_sw_c(r, c=c, xc=xc, n_sw=n_sw):
-            return sw.sample(model, jax.random.fold_in(key, 6000 + r), 1, num_chains=c,
-                             num_burnin=n_sw - 1, initial_states=xc)
-
-        def run_m_c(r, c=c, xc=xc, n_m=n_m):
-            return met.sample(model, jax.random.fold_in(key, 7000 + r), 1, num_chains=c,
-                              num_burnin=n_m - 1, initial_states=xc)
-
-        (_, med_s, _), (_, med_m, _) = timed_interleaved([run_sw_c, run_m_c], args.repeats)
+        (_, med_s, _), (_, med_m, _) = timed_interleaved(
+            [one_draw(sw, c, n_sw, xc, 6000), one_draw(met, c, n_m, xc, 7000)], args.repeats)
         sps_s, sps_m = c * n_sw / med_s, c * n_m / med_m
         print(f"{c:4d} chains: SW {sps_s:9.1f} sweeps/s, Metropolis {sps_m:9.1f} sweeps/s -> "
               f"effective |m| samples per second SW/Metropolis = "
