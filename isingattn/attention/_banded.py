@@ -478,13 +478,15 @@ def _causal_packing(T, S, r):
     return src, dst
 
 
-def transfer_inference(h, mask, couplings, beta, r, *, causal=False):
+def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partition=False):
     """Marginals of every (batch, head, query) model of the layer (layout ``(B, N, T, S)``).
 
     ``causal``: the mask allows no key after the query's position (``k <= t``); rows are then
     packed in pairs so that the chains hold only the keys that can be allowed. Frozen couplings
     (``fixed``, ``random``) at a concrete ``beta`` get no gradient, so the kernel skips the
-    coupling gradient's statistics.
+    coupling gradient's statistics. ``log_partition=True`` adds ``log Z`` per query ``(B, N,
+    T)``: one more forward pass over unpacked rows (:func:`banded_chain_log_partition`, JAX
+    autodiff), the softmax-limit rows in closed form.
     """
     from .._validation import is_concrete
     from ._methods import Inference
@@ -495,9 +497,13 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False):
     c = jnp.broadcast_to(beta * couplings.band(S).astype(h.dtype), (N, r))
     mask = jnp.broadcast_to(mask, h.shape)
     a = jnp.where(mask, beta * h, -jnp.inf)
-    limit, m_lim, u_lim = _sparse_limit(a, c)
+    limit, m_lim, u_lim, lz_lim = _sparse_limit(a, c)
     a = jnp.where(limit, -jnp.inf, a)  # the chains skip the rows the limit answers
     a = jnp.transpose(a, (0, 2, 1, 3))  # (B, T, N, S): one chain per (b, t, n)
+    lz = None
+    if log_partition:  # unpacked rows: a packed pair's chain gives log Z_t + log Z_u
+        lz = jnp.transpose(banded_chain_log_partition(a, c), (0, 2, 1))  # (B, N, T)
+        lz = jnp.where(limit[..., 0], lz_lim[..., 0], lz)
     if causal and T > 1:
         src, dst = _causal_packing(T, S, r)
         flat = jnp.moveaxis(a, 1, 2).reshape(B, N, T * S)
@@ -511,7 +517,7 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False):
         m = jnp.transpose(m, (0, 2, 1, 3))
     u = jnp.where(mask, jnp.where(limit, u_lim, m), 0.0)
     m = jnp.where(mask, jnp.where(limit, m_lim, m), 0.0)
-    return Inference(m, u, m, None)
+    return Inference(m, u, m, lz)
 
 
 def _sparse_limit(a, c):
@@ -524,9 +530,9 @@ def _sparse_limit(a, c):
     and ``m_k = exp(a_k) / (1 + sum_j exp(a_j))`` (the one-key patterns) is the exact answer:
     the ``b -> -inf`` softmax limit. The chains cannot give it there: their factors
     ``exp(a_k)`` underflow (float32: below about -87), which left the normalized weights
-    wrong, not just rounded. Returns the rows (bool, ``(B, N, T, 1)``), their marginals, and
-    weights proportional to them that stay O(1) (``exp(a_k - a_max)``); values on other rows
-    are finite and unused."""
+    wrong, not just rounded. Returns the rows (bool, ``(B, N, T, 1)``), their marginals,
+    weights proportional to them that stay O(1) (``exp(a_k - a_max)``) and ``log Z =
+    log(1 + sum_j exp(a_j))`` ``(B, N, T, 1)``; values on other rows are finite and unused."""
     S = a.shape[-1]
     amax = jnp.max(a, axis=-1, keepdims=True)  # -inf on rows with no allowed key
     cpos = jnp.sum(jnp.maximum(c, 0), axis=-1)[:, None, None]
@@ -536,4 +542,4 @@ def _sparse_limit(a, c):
     shift = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
     u = jnp.exp(x - shift)
     log_z = jax.nn.softplus(shift + jnp.log(jnp.sum(u, axis=-1, keepdims=True)))
-    return limit, jnp.exp(x - log_z), u
+    return limit, jnp.exp(x - log_z), u, log_z

@@ -26,11 +26,14 @@ class AttentionInfo(NamedTuple):
       key, or where no drawn pattern attended anything, are 0 for the Boltzmann readouts).
     - ``marginals``: ``m_ij = P_i(s_j = 1)`` (exact, approximate or estimated by the method);
       None for the softmax readout.
-    - ``log_partition``: ``log Z_i`` per query ``(B, N, T)`` where the method computes it, else None.
+    - ``log_partition``: ``log Z_i`` per query ``(B, N, T)``: ``exact``, ``transfer`` (one more
+      forward pass, made only when the weights are returned) and ``J = 0``; None for
+      ``mean_field`` and ``sampled``; the log-sum-exp of the logits for the softmax readout.
     - ``expected_count``: ``sum_j m_ij``, the expected number of attended keys ``(B, N, T)``.
     - ``fields``: ``h_ij`` (before ``beta``), masked entries 0; for the softmax readout, the logits.
     - ``mask``: the combined boolean mask of allowed keys.
-    - ``extra``: method diagnostics (``residual`` of mean field, ``draws`` of sampled).
+    - ``extra``: method diagnostics (``residual`` of mean field; ``draws`` and ``empty_rows`` of
+      sampled, the latter True where no draw attended any key).
     """
 
     weights: jax.Array
@@ -247,7 +250,8 @@ def boltzmann_attention(
         # a concrete beta stays a NumPy scalar, so that methods can tell that no gradient
         # reaches it (transfer then skips the coupling gradient of frozen couplings)
         b = np.asarray(beta, dtype) if is_concrete(beta) else jnp.asarray(beta, dtype)
-        res = method(h, allowed, couplings, b, key=rng, feature=feature, causal=bool(is_causal))
+        res = method(h, allowed, couplings, b, key=rng, feature=feature, causal=bool(is_causal),
+                     log_partition=bool(return_weights))
         u = res.weights_unnormalized
         total = jnp.sum(u, axis=-1, keepdims=True)
         if readout == "sample":

@@ -9,7 +9,9 @@ at ``s_j = 0``.
 
 ``causal=True`` tells a method that the mask allows no key after the query's position
 (``k <= t``, the layer's ``is_causal``); a method may use it to skip work (``transfer`` does) and
-must give the same result either way.
+must give the same result either way. ``log_partition=True`` asks for ``log Z`` per query where
+it costs extra work (``transfer``: one more pass); ``exact`` and ``J = 0`` always return it,
+``mean_field`` and ``sampled`` never do.
 
 A method returns :class:`Inference`: ``expectation``, the quantity the readout averages (the
 marginals ``m_j = P(s_j = 1)`` for the marginal readout), ``weights_unnormalized``: a positive
@@ -95,7 +97,8 @@ class Exact:
     name = "exact"
     stochastic = False
 
-    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False):
+    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False,
+                 log_partition=False):
         B, N, T, S = h.shape
         if couplings is None or couplings.is_zero:
             return independent(h, mask, beta)
@@ -145,7 +148,8 @@ class Transfer:
     name = "transfer"
     stochastic = False
 
-    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False):
+    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False,
+                 log_partition=False):
         if couplings is None or couplings.is_zero:
             return independent(h, mask, beta)
         S = h.shape[-1]
@@ -160,7 +164,8 @@ class Transfer:
             return independent(h, mask, beta)
         from ._banded import transfer_inference
 
-        return transfer_inference(h, mask, couplings, beta, r, causal=causal)
+        return transfer_inference(h, mask, couplings, beta, r, causal=causal,
+                                  log_partition=log_partition)
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,7 +268,8 @@ class MeanField:
         if not self.tol > 0:
             raise ValueError(f"tol must be > 0; got {self.tol}")
 
-    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False):
+    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False,
+                 log_partition=False):
         if couplings is None or couplings.is_zero:
             return independent(h, mask, beta)
         a = jnp.where(mask, beta * h, -_BIG)
@@ -349,6 +355,11 @@ class Sampled:
     sampler itself need not be differentiable. Needs a PRNG key (``rng=`` of the layer) and at
     least two draws per query. The backend must be traceable by JAX (pure-JAX samplers, or host
     samplers that call back from jitted code) when the layer is used under ``jit``.
+
+    Diagnostics (``AttentionInfo.extra``): ``draws`` ``(B, N, T, M, S)`` and ``empty_rows``
+    ``(B, N, T)``, True where no draw attended any key (those rows' weights are 0: likely at
+    strongly negative chemical potentials, where ``sampled`` needs more draws or ``exact`` /
+    ``transfer`` give the softmax limit).
     """
 
     backend: Any
@@ -383,7 +394,8 @@ class Sampled:
                 and (other.num_samples, other.num_chains, other.options)
                 == (self.num_samples, self.num_chains, self.options))
 
-    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False):
+    def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False,
+                 log_partition=False):
         if key is None:
             raise ValueError(
                 "method=sampled(...) is stochastic and needs a PRNG key: pass rng=jax.random.key(...)"
@@ -397,7 +409,9 @@ class Sampled:
         cfg = (self.backend, self.num_samples, self.num_chains, self.options, feature)
         mean, s = _fdt_mean(cfg, h, J, jnp.asarray(beta, h.dtype), mask, key)
         marg = jnp.mean(jax.lax.stop_gradient(s), axis=-2) if feature != "marginal" else mean
-        return Inference(mean, mean, marg, None, {"draws": jax.lax.stop_gradient(s)})
+        s = jax.lax.stop_gradient(s)
+        # rows where no draw attended any key: their weights are 0 (all-masked rows included)
+        return Inference(mean, mean, marg, None, {"draws": s, "empty_rows": ~jnp.any(s > 0, (-2, -1))})
 
 
 def sampled(backend, num_samples: int = 64, *, num_chains: int = 1, **options) -> Sampled:

@@ -16,6 +16,7 @@ from isingattn.attention import (
     MAX_EXACT_KEYS,
     Couplings,
     MeanField,
+    Transfer,
     boltzmann_attention,
     sampled,
 )
@@ -196,6 +197,56 @@ def test_transfer_equals_exact_on_banded_couplings():
     ot, it = boltzmann_attention(q, k, v, method="transfer", **kw)
     np.testing.assert_allclose(it.marginals, ie.marginals, atol=1e-12)
     np.testing.assert_allclose(ot, oe, atol=1e-12)
+
+
+@pytest.mark.parametrize(("causal", "dtype"), [(False, jnp.float64), (True, jnp.float32)])
+def test_transfer_log_partition_matches_enumeration(causal, dtype):
+    """``info.log_partition`` of ``transfer`` (its own pass over unpacked rows; causal rows are
+    packed in pairs for the marginals) equals enumeration, on rows of the chains and on rows of
+    the closed-form softmax limit (head 1, b = -200), with a mask that leaves one row empty;
+    its gradient matches enumeration's."""
+    q, k, v = (x.astype(dtype) for x in _qkv(B=2, N=2, K=1, T=4, S=7, seed=4))
+    c = _banded(r=3, strength=1.2)
+    mask = jax.random.bernoulli(jax.random.key(2), 0.8, (2, 1, 4, 7)).at[1, 0, 2].set(False)
+    b = jnp.array([0.3, -200.0], dtype)
+    kw = {"couplings": c, "chemical_potential": b, "beta": 1.1, "mask": mask,
+          "is_causal": causal, "return_weights": True}
+
+    def logz(q, method):
+        return boltzmann_attention(q, k, v, method=method, **kw)[1].log_partition
+
+    ref = logz(q.astype(jnp.float64), "exact")
+    got = logz(q, "transfer")
+    assert got.shape == (2, 2, 4) and got.dtype == dtype
+    assert float(jnp.max(jnp.abs(ref[:, 1]))) < 1e-40  # head 1: the limit, log Z ~ sum e^a
+    tol = 1e-5 if dtype == jnp.float32 else 1e-12
+    np.testing.assert_allclose(got, ref, atol=tol, rtol=tol)
+    g_ref = jax.grad(lambda q: jnp.sum(jnp.sin(logz(q, "exact"))))(q.astype(jnp.float64))
+    g = jax.grad(lambda q: jnp.sum(jnp.sin(logz(q, "transfer"))))(q)
+    np.testing.assert_allclose(g, g_ref, atol=10 * tol)
+    # an extra pass, made only on request (the layer asks when it returns the weights)
+    h = jnp.zeros((1, 2, 1, 7), dtype)
+    allowed = jnp.ones(h.shape, bool)
+    assert Transfer()(h, allowed, c, 1.0).log_partition is None
+    assert Transfer()(h, allowed, c, 1.0, log_partition=True).log_partition.shape == (1, 2, 1)
+
+
+def test_sampled_reports_the_rows_no_draw_attended():
+    """At a strongly negative chemical potential few draws attend anything: ``empty_rows`` marks
+    exactly the rows whose draws are all empty (weights 0), an all-masked row included; the
+    other rows' weights sum to 1."""
+    q, k, v = _qkv(B=2, N=2, K=1, T=4, S=6, seed=1)
+    mask = jnp.ones((2, 1, 4, 6), bool).at[0, 0, 1].set(False)
+    _, info = boltzmann_attention(q, k, v, couplings=_banded(r=2), chemical_potential=-3.5,
+                                  mask=mask, method=sampled(ExactSampler(), 6),
+                                  rng=jax.random.key(0), return_weights=True)
+    empty = np.asarray(info.extra["empty_rows"])
+    assert empty.shape == (2, 2, 4) and empty.dtype == bool
+    assert np.array_equal(empty, ~np.asarray(info.extra["draws"]).any(axis=(-2, -1)))
+    assert empty[0, :, 1].all() and empty.any() and not empty.all()
+    total = np.asarray(info.weights).sum(-1)
+    np.testing.assert_allclose(total[empty], 0.0)
+    np.testing.assert_allclose(total[~empty], 1.0, atol=1e-12)
 
 
 def test_sampled_exact_sampler_marginals_within_monte_carlo_error():
