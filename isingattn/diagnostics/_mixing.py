@@ -90,6 +90,8 @@ def integrated_autocorr_time(x, *, c: float = 5.0, mean: str = "chain",
     ``x``: ``batch + (chain, draw)`` (at least 4 draws). Returns shape ``batch`` (and the window
     if ``return_window``). Where no window satisfies the condition the chain is too short to
     estimate ``tau_int``: NaN is returned there with a warning stating the lower bound found.
+    An estimate ``<= 0`` (impossible for a stationary series; the noise of short,
+    anticorrelated chains) is also NaN, with a warning.
 
     Example:
       >>> import numpy as np
@@ -124,7 +126,17 @@ def integrated_autocorr_time(x, *, c: float = 5.0, mean: str = "chain",
             "returning NaN there. Run longer chains (at least ~50 tau draws).",
             RuntimeWarning, stacklevel=2,
         )
-    tau = np.where(found & ~const, tau, np.nan)
+    # A stationary series has tau_int >= 0 (the spectral density at zero is >= 0); a sum below
+    # -1/2 is noise of a chain too short for the oscillations it has.
+    negative = found & ~const & (tau <= 0)
+    if np.any(negative):
+        warnings.warn(
+            f"integrated autocorrelation time estimated <= 0 ({float(np.min(tau[negative])):.3g} "
+            f"with window M = {int(np.max(M[negative]))}): the chains are too short (or too "
+            "strongly anticorrelated) for the estimate; returning NaN there",
+            RuntimeWarning, stacklevel=2,
+        )
+    tau = np.where(found & ~const & ~negative, tau, np.nan)
     tau = tau if tau.ndim else float(tau)
     return (tau, M) if return_window else tau
 

@@ -85,6 +85,22 @@ def test_tau_of_short_chain_is_nan_with_warning():
     assert math.isnan(tau)
 
 
+def test_tau_estimate_at_or_below_zero_is_nan_with_warning():
+    """Differenced white noise, x_t = e_t - e_{t-1}: rho(1) = -1/2 and tau_int = 0 exactly, so
+    the noisy estimate from short chains falls on both sides of 0. A stationary series has
+    tau_int >= 0: the estimates <= 0 come back NaN with a warning, the others stay small."""
+    taus, warned = [], 0
+    for seed in range(20):
+        x = np.diff(np.random.default_rng(seed).standard_normal((4, 201)), axis=-1)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            taus.append(dg.integrated_autocorr_time(x))
+        warned += any("estimated <= 0" in str(m.message) for m in w)
+    taus = np.array(taus)
+    assert warned == np.isnan(taus).sum() > 0
+    assert np.all(taus[~np.isnan(taus)] > 0) and np.all(taus[~np.isnan(taus)] < 0.5)
+
+
 @pytest.mark.parametrize("phi", [0.0, 0.9])
 def test_pooled_tau_matches_ar1_closed_form_on_long_chains(phi):
     x = ar1(phi, 4, 20000, seed=7 + int(phi * 10))
