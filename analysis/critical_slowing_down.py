@@ -60,7 +60,6 @@ Usage (low priority on a shared machine; the CSV makes runs resumable in chunks)
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import time
@@ -75,6 +74,8 @@ from isingattn.diagnostics import integrated_autocorr_time
 from isingattn.exact import BETA_C
 from isingattn.models import square_lattice
 from isingattn.samplers import BACKENDS
+
+from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
 ALGORITHMS = ("metropolis", "swendsen_wang", "wolff")
 OBSERVABLES = ("E", "abs_m", "m")
@@ -276,26 +277,15 @@ def fit_z_corrected(L, tau, err, form):
     return float(p[1]), float(np.sqrt(cov[1, 1]) * max(1.0, np.sqrt(chi2))), chi2
 
 
-def load_rows(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != FIELDS:
-            raise SystemExit(
-                f"{path} has columns {reader.fieldnames}, not this script's {FIELDS} (an older "
-                "version, e.g. per-chain means): move it aside, use --fresh, or another --out")
-        out = []
-        for r in reader:
-            r = dict(r)
-            for k in ("L", "window", "draws_per_chain", "chains", "thinning"):
-                r[k] = int(r[k])
-            for k in FIELDS:
-                if k not in ("algorithm", "observable", "converged") and not isinstance(r[k], int):
-                    r[k] = float(r[k])
-            r["converged"] = r["converged"] == "True"
-            out.append(r)
-    return out
+def parse_row(r):
+    """A CSV row (strings) back to values."""
+    for k in ("L", "window", "draws_per_chain", "chains", "thinning"):
+        r[k] = int(r[k])
+    for k in FIELDS:
+        if k not in ("algorithm", "observable", "converged") and not isinstance(r[k], int):
+            r[k] = float(r[k])
+    r["converged"] = r["converged"] == "True"
+    return r
 
 
 FIT_MIN_TAU_PER_CHAIN = 50.0
@@ -431,9 +421,11 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "critical_slowing_down.csv")
     series_dir = os.path.join(args.out, "series")
-    if args.fresh and os.path.exists(csv_path):
-        os.remove(csv_path)
-    rows = load_rows(csv_path)
+    # --target and --min-tau-per-chain only decide when a point stops, so they may change
+    table = ResultsTable(csv_path, FIELDS, lambda r: (r["algorithm"], r["L"]),
+                         settings={"chains": args.chains, "seed": args.seed}, parse=parse_row,
+                         fresh=args.fresh)
+    rows = table.rows
     if args.refit:
         old = {(r["algorithm"], r["L"]): r for r in rows}
         old_conv = {(r["algorithm"], r["L"], r["observable"]): r["converged"] for r in rows}
@@ -447,31 +439,20 @@ def main(argv=None):
             for row in rows[-len(OBSERVABLES):]:  # the run-time verdict on the run length
                 verdict = old_conv[(a, L, row["observable"])]
                 row["converged"] = verdict and bool(np.isfinite(row["tau_draws"]))
-        with open(csv_path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(rows)
-    done = {(r["algorithm"], r["L"]) for r in rows}
+        table.rewrite(rows)
+    done = table.done
     missing = [a for a in args.algorithms if make_sampler(a) is None]
     if missing:
         print(f"not registered in isingattn.samplers.BACKENDS, skipped: {', '.join(missing)}")
     todo = [] if args.refit else [(a, L) for a in args.algorithms if a not in missing
                                   for L in args.sizes if (a, L) not in done]
     key = jax.random.key(args.seed)
-    new = not os.path.exists(csv_path)
-    with open(csv_path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        for a, L in tqdm(todo, desc="(algorithm, L) points", unit="pt"):
-            k = jax.random.fold_in(jax.random.fold_in(key, L), ALGORITHMS.index(a))
-            for row in measure(a, L, k, chains=args.chains, chunk=args.chunk,
-                               target=args.target, min_tau_per_chain=args.min_tau_per_chain,
-                               max_seconds=args.max_seconds, series_dir=series_dir):
-                w.writerow(row)
-                rows.append(row)
-            f.flush()
-    rows = [r for r in rows if r["L"] in args.sizes and r["algorithm"] in args.algorithms]
+    for a, L in tqdm(todo, desc="(algorithm, L) points", unit="pt"):
+        k = jax.random.fold_in(jax.random.fold_in(key, L), ALGORITHMS.index(a))
+        table.append(measure(a, L, k, chains=args.chains, chunk=args.chunk,
+                             target=args.target, min_tau_per_chain=args.min_tau_per_chain,
+                             max_seconds=args.max_seconds, series_dir=series_dir))
+    rows = [r for r in table.rows if r["L"] in args.sizes and r["algorithm"] in args.algorithms]
     fits = compute_fits(rows)
     with open(os.path.join(args.out, "critical_slowing_down.json"), "w") as f:
         json.dump({"beta_c": BETA_C, "fit_min_L": FIT_MIN_L, "fits": fits}, f, indent=2)

@@ -14,7 +14,9 @@ anneal times ``t_a`` the script computes the exact output distribution ``p`` of 
 
 Slopes are fitted on the log-log curves over the shortest anneals (``--fit-points``) and printed
 next to the predicted ones. Writes ``<out>/diabatic_effective_beta.csv`` (one row per schedule,
-model and ``t_a``) and ``<out>/diabatic_effective_beta.png``. Runs in double precision. Run::
+model and ``t_a``, appended as soon as the point is done: an interrupted run keeps its finished
+points and a re-run with the same settings skips them; ``--fresh`` starts over) and
+``<out>/diabatic_effective_beta.png``. Runs in double precision. Run::
 
     .venv/bin/python analysis/diabatic_effective_beta.py --out analysis/results
 """
@@ -22,7 +24,6 @@ model and ``t_a``) and ``<out>/diabatic_effective_beta.png``. Runs in double pre
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import time
 
@@ -31,6 +32,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np
+from tqdm import tqdm
 
 from isingattn import exact
 from isingattn.models import IsingModel
@@ -42,6 +44,8 @@ from isingattn.quantum import (
     output_distribution,
     single_effective_beta,
 )
+
+from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
 SCHEDULES = {
     "linear": (linear_schedule(1.0, 1.0), (0.01, 2.0)),
@@ -63,16 +67,22 @@ def tv(p, q) -> float:
     return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
 
 
-def run(n: int, points: int, seed: int, tolerance: float):
-    rows = []
+def point_key(row):
+    return row["schedule"], row["model"], f"{float(row['t_a_ns']):.9g}"
+
+
+def run(n: int, points: int, seed: int, tolerance: float, done=frozenset()):
+    """Yield the row of every (schedule, model, t_a) point whose key is not in ``done``."""
     models = {"fields+couplings": make_model(n, seed), "couplings only": make_model(n, seed, False)}
     for sname, (sched, (lo, hi)) in SCHEDULES.items():
         for mname, model in models.items():
             for t in np.geomspace(lo, hi, points):
+                if point_key({"schedule": sname, "model": mname, "t_a_ns": t}) in done:
+                    continue
                 p = output_distribution(model, sched, t, tolerance=tolerance)
                 b = effective_beta(sched, t)
                 single = float(single_effective_beta(model, sched, t))
-                rows.append({
+                yield {
                     "schedule": sname, "model": mname, "t_a_ns": float(t), "beta_h": b.fields,
                     "beta_J": b.couplings, "beta_single": single,
                     "tv_uniform": tv(p, 2.0**-n),
@@ -81,15 +91,15 @@ def run(n: int, points: int, seed: int, tolerance: float):
                     "tv_short_time": tv(p, exact.probabilities(
                         effective_model(model, sched, t, expansion="short_time"))),
                     "tv_single_beta": tv(p, exact.probabilities(model.with_beta(single))),
-                })
-    return rows
+                }
 
 
 def slopes(rows, fit_points):
     out = []
     for sname in SCHEDULES:
         for mname in ("fields+couplings", "couplings only"):
-            sel = [r for r in rows if r["schedule"] == sname and r["model"] == mname][:fit_points]
+            sel = sorted((r for r in rows if r["schedule"] == sname and r["model"] == mname),
+                         key=lambda r: r["t_a_ns"])[:fit_points]
             t = np.log([r["t_a_ns"] for r in sel])
             for col, pred in (("tv_uniform", 2), ("tv_first_order", 4), ("tv_short_time", 4),
                               ("tv_single_beta", 2 if mname == "fields+couplings" else 4)):
@@ -156,15 +166,24 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tolerance", type=float, default=1e-10,
                     help="amplitude tolerance of the simulator's automatic step count")
+    ap.add_argument("--fresh", action="store_true", help="ignore points already in the CSV")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
-    rows = run(args.n, args.points, args.seed, args.tolerance)
     csv_path = os.path.join(args.out, "diabatic_effective_beta.csv")
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    table = ResultsTable(
+        csv_path, COLUMNS, point_key,
+        settings={"n": args.n, "points": args.points, "seed": args.seed,
+                  "tolerance": args.tolerance},
+        parse=lambda r: {k: v if k in ("schedule", "model") else float(v) for k, v in r.items()},
+        fresh=args.fresh)
+    done = table.done
+    todo = 2 * len(SCHEDULES) * args.points - len(done)
+    for row in tqdm(run(args.n, args.points, args.seed, args.tolerance, done), total=todo,
+                    desc="(schedule, model, t_a) points", unit="pt"):
+        table.append(row)
+    order = {name: i for i, name in enumerate(SCHEDULES)}
+    rows = sorted(table.rows, key=lambda r: (order[r["schedule"]], r["model"], r["t_a_ns"]))
     png_path = os.path.join(args.out, "diabatic_effective_beta.png")
     plot(rows, png_path, args.n)
     print(f"n = {args.n} spins, {args.points} anneal times per schedule, "

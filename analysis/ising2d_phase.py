@@ -13,7 +13,7 @@ For every L and beta on a grid around beta_c = ln(1 + sqrt 2) / 2 this samples t
 Error bars: MCSE of means from arviz's ESS; for c, chi and U the spread of the per-chain
 estimates over sqrt(chains). Results go to ``<out>/ising2d_phase.csv`` (one row per (L, beta),
 appended as soon as the point is done, so an interrupted run keeps its finished points and a
-re-run skips them), ``ising2d_phase.json`` (Binder crossings) and ``ising2d_phase.png``.
+re-run with the same settings skips them; ``--fresh`` starts over), ``ising2d_phase.json`` (Binder crossings) and ``ising2d_phase.png``.
 
 Usage::
 
@@ -24,7 +24,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import json
 import os
@@ -44,6 +43,8 @@ from isingattn.exact import (
 )
 from isingattn.models import square_lattice
 from isingattn.samplers import SwendsenWangSampler
+
+from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
 FIELDS = ["L", "beta", "e", "e_err", "e_exact", "abs_m", "abs_m_err", "c", "c_err", "c_exact",
           "chi", "chi_err", "binder", "binder_err", "ess_e", "ess_m", "mean_cluster_size",
@@ -101,13 +102,6 @@ def measure_point(sampler, L, beta, key, num_samples, num_chains, num_burnin):
         "mean_cluster_size": float(np.mean(s.info["mean_cluster_size"])),
         "seconds": time.perf_counter() - t0,
     }
-
-
-def load_rows(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def binder_crossings(rows):
@@ -205,26 +199,20 @@ def main(argv=None):
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "ising2d_phase.csv")
-    if args.fresh and os.path.exists(csv_path):
-        os.remove(csv_path)
-    rows = load_rows(csv_path)
-    done = {(int(r["L"]), round(r["beta"], 6)) for r in rows}
+    table = ResultsTable(
+        csv_path, FIELDS, lambda r: (int(r["L"]), round(r["beta"], 6)),
+        settings={"samples": args.samples, "chains": args.chains, "burnin": args.burnin,
+                  "seed": args.seed},
+        parse=lambda r: {k: float(v) for k, v in r.items()}, fresh=args.fresh)
+    done = table.done
     betas = np.asarray(args.betas if args.betas else default_betas(), float)
     todo = [(L, float(b)) for L in args.sizes for b in betas if (L, round(float(b), 6)) not in done]
     sampler = SwendsenWangSampler()
     key = jax.random.key(args.seed)
-    new = not os.path.exists(csv_path)
-    with open(csv_path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        for L, b in tqdm(todo, desc="(L, beta) points", unit="pt"):
-            k = jax.random.fold_in(jax.random.fold_in(key, L), round(b * 1e6))
-            row = measure_point(sampler, L, b, k, args.samples, args.chains, args.burnin)
-            w.writerow(row)
-            f.flush()
-            rows.append(row)
-    rows = [r for r in rows if int(r["L"]) in args.sizes]
+    for L, b in tqdm(todo, desc="(L, beta) points", unit="pt"):
+        k = jax.random.fold_in(jax.random.fold_in(key, L), round(b * 1e6))
+        table.append(measure_point(sampler, L, b, k, args.samples, args.chains, args.burnin))
+    rows = [r for r in table.rows if int(r["L"]) in args.sizes]
     crossings = binder_crossings(rows)
     with open(os.path.join(args.out, "ising2d_phase.json"), "w") as f:
         json.dump({"beta_c": BETA_C, "binder_crossings": crossings,

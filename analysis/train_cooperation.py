@@ -16,8 +16,10 @@ argument: softmax, and Boltzmann attention (exact enumeration, ``S = T`` keys) w
 ``none``, ``fixed`` (``w(1) = 2``, ``w(2) = 0``: a hand-chosen prior that suits this task),
 ``random`` (frozen draw) and ``learned`` (banded, ``r = 2``, initialized at 0).
 
-Writes ``<out>/train_cooperation.csv`` (step, model, loss, accuracy on a held-out batch) and
-``<out>/train_cooperation.png``. Run::
+Writes ``<out>/train_cooperation.csv`` (step, model, loss, accuracy on a held-out batch; a
+model's rows are appended when its training ends, so an interrupted run keeps the models it
+finished and a re-run with the same settings trains only the others; ``--fresh`` starts over)
+and ``<out>/train_cooperation.png``. Run::
 
     .venv/bin/python analysis/train_cooperation.py --steps 400 --out analysis/results
 """
@@ -25,7 +27,6 @@ Writes ``<out>/train_cooperation.csv`` (step, model, loss, accuracy on a held-ou
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import time
 
@@ -36,6 +37,8 @@ import optax
 from flax import nnx
 
 from isingattn.attention import CouplingSpec, TransformerLM
+
+from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
 
 def make_batch(key, batch: int, T: int, V: int):
@@ -98,16 +101,22 @@ def train(attention, *, steps=400, T=10, V=6, batch=128, d_model=32, lr=3e-3, se
     return history, model
 
 
-def plot(csv_path, png_path, V=6):
-    """Held-out loss and accuracy per step of every model, from the CSV."""
+FIELDS = ["step", "model", "loss", "accuracy"]
+
+
+def parse_row(r):
+    return {"step": int(r["step"]), "model": r["model"], "loss": float(r["loss"]),
+            "accuracy": float(r["accuracy"])}
+
+
+def plot(table_rows, png_path, V=6):
+    """Held-out loss and accuracy per step of every model."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(csv_path) as f:
-        rows = [(int(r["step"]), r["model"], float(r["loss"]), float(r["accuracy"]))
-                for r in csv.DictReader(f)]
+    rows = [(r["step"], r["model"], r["loss"], r["accuracy"]) for r in table_rows]
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.5))
     for name in dict.fromkeys(r[1] for r in rows):
         h = np.array([(s, lo, ac) for s, n, lo, ac in rows if n == name])
@@ -120,6 +129,7 @@ def plot(csv_path, png_path, V=6):
     fig.suptitle(f"pair copy (T=10, V={V}): one-layer transformer, attention by one argument")
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None):
@@ -129,21 +139,34 @@ def main(argv=None):
     ap.add_argument("--out", default="analysis/results")
     ap.add_argument("--models", default="softmax,none,fixed,random,learned")
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the CSV")
+    ap.add_argument("--fresh", action="store_true", help="retrain models already in the CSV")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    if args.plot_only:
-        plot(os.path.join(args.out, "train_cooperation.csv"),
-             os.path.join(args.out, "train_cooperation.png"))
-        return
     configs = attention_configs(args.seed)
-    rows, final = [], {}
-    for name in args.models.split(","):
+    names = args.models.split(",")
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(map(repr, unknown))}; choose from "
+                         f"{', '.join(configs)}")
+    path = os.path.join(args.out, "train_cooperation.csv")
+    table = ResultsTable(path, FIELDS, lambda r: r["model"],
+                         settings={"steps": args.steps, "seed": args.seed}, parse=parse_row,
+                         fresh=args.fresh and not args.plot_only)
+    png = os.path.join(args.out, "train_cooperation.png")
+    if args.plot_only:
+        plot(table.rows, png)
+        return
+    done = table.done
+    for name in names:
+        if name in done:
+            print(f"{name}: in {path} already (--fresh to retrain)")
+            continue
         t0 = time.perf_counter()
         print(f"{name}:")
         hist, model = train(configs[name], steps=args.steps, seed=args.seed, log=print)
         dt = time.perf_counter() - t0
-        rows += [(s, name, lo, ac) for s, lo, ac in hist]
-        final[name] = hist[-1]
+        table.append([{"step": s, "model": name, "loss": lo, "accuracy": ac}
+                      for s, lo, ac in hist])
         extra = ""
         attn = model.blocks[0].attn
         if getattr(attn, "couplings", None) is not None:
@@ -151,16 +174,13 @@ def main(argv=None):
         if getattr(attn, "chemical_potential", None) is not None:
             extra += f"  b = {np.round(np.asarray(attn.chemical_potential[...]), 2)}"
         print(f"  done in {dt:.1f}s{extra}")
-    path = os.path.join(args.out, "train_cooperation.csv")
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "model", "loss", "accuracy"])
-        w.writerows(rows)
-    plot(path, os.path.join(args.out, "train_cooperation.png"))
+    rows = [r for r in table.rows if r["model"] in names]
+    plot(rows, png)
     print("final held-out (loss, accuracy):")
-    for name, (_, lo, ac) in final.items():
-        print(f"  {name:8s} loss {lo:.3f}  accuracy {ac:.3f}")
-    print(f"wrote {path}")
+    for name in names:
+        last = max((r for r in rows if r["model"] == name), key=lambda r: r["step"])
+        print(f"  {name:8s} loss {last['loss']:.3f}  accuracy {last['accuracy']:.3f}")
+    print(f"wrote {path} and {png}")
 
 
 if __name__ == "__main__":

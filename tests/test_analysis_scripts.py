@@ -1,0 +1,114 @@
+"""The analysis scripts run as a user runs them (a subprocess, tiny settings), and their result
+tables are resumable: an interrupted run keeps its finished points, a re-run measures only the
+missing ones, and resuming with other settings stops with a message naming them."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ANALYSIS = os.path.join(ROOT, "analysis")
+
+
+def run_script(name, *args, check=True):
+    proc = subprocess.run([sys.executable, os.path.join(ANALYSIS, name), *map(str, args)],
+                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture
+def results_table(monkeypatch):
+    monkeypatch.syspath_prepend(ANALYSIS)
+    from _results import ResultsTable
+
+    return ResultsTable
+
+
+def test_results_table_appends_resumes_and_refuses_other_settings(tmp_path, results_table):
+    path = str(tmp_path / "t.csv")
+    key = lambda r: (r["a"],)
+    parse = lambda r: {"a": int(r["a"]), "b": float(r["b"])}
+    t = results_table(path, ["a", "b"], key, settings={"n": 3}, parse=parse)
+    assert t.rows == [] and t.done == set()
+    t.append({"a": 1, "b": 0.5})
+    t.append([{"a": 2, "b": 1.5}, {"a": 2, "b": 2.5}])  # one point, two rows
+    t2 = results_table(path, ["a", "b"], key, settings={"n": 3}, parse=parse)
+    assert t2.rows == [{"a": 1, "b": 0.5}, {"a": 2, "b": 1.5}, {"a": 2, "b": 2.5}]
+    assert t2.done == {(1,), (2,)}
+    with pytest.raises(SystemExit, match=r"n: 3 there, 4 now"):
+        results_table(path, ["a", "b"], key, settings={"n": 4}, parse=parse)
+    with pytest.raises(SystemExit, match="columns"):
+        results_table(path, ["a", "c"], key, settings={"n": 3})
+    t2.rewrite([{"a": 7, "b": 1.0}])
+    assert read_rows(path) == [{"a": "7", "b": "1.0"}]
+    t3 = results_table(path, ["a", "b"], key, settings={"n": 4}, fresh=True)
+    assert t3.rows == [] and not os.path.exists(path)
+
+
+def test_diabatic_script_resumes_an_interrupted_run(tmp_path):
+    out = tmp_path / "d"
+    args = ("--n", 3, "--points", 3, "--out", out)
+    run_script("diabatic_effective_beta.py", *args)
+    path = out / "diabatic_effective_beta.csv"
+    full = path.read_text()
+    rows = read_rows(path)
+    assert len(rows) == 2 * 2 * 3  # schedules x models x anneal times
+    assert (out / "diabatic_effective_beta.png").exists()
+    # an interruption after five points: the re-run measures the seven others, the same values
+    lines = full.splitlines(keepends=True)
+    path.write_text("".join(lines[:6]))
+    proc = run_script("diabatic_effective_beta.py", *args)
+    assert "7/7" in proc.stderr  # progress bar: seven points to measure
+    assert sorted(read_rows(path), key=str) == sorted(rows, key=str)
+    proc = run_script("diabatic_effective_beta.py", "--n", 3, "--points", 4, "--out", out,
+                      check=False)
+    assert proc.returncode != 0 and "points: 3 there, 4 now" in proc.stderr
+
+
+def test_ising2d_phase_script(tmp_path):
+    out = tmp_path / "p"
+    run_script("ising2d_phase.py", "--sizes", 4, 6, "--betas", 0.3, 0.44, "--samples", 40,
+               "--chains", 2, "--burnin", 10, "--out", out)
+    rows = read_rows(out / "ising2d_phase.csv")
+    assert [(r["L"], r["beta"]) for r in rows] == [
+        ("4", "0.3"), ("4", "0.44"), ("6", "0.3"), ("6", "0.44")]
+    assert (out / "ising2d_phase.png").exists() and (out / "ising2d_phase.json").exists()
+
+
+def test_critical_slowing_down_script_and_refit(tmp_path):
+    out = tmp_path / "c"
+    common = ("--sizes", 4, 6, "--chains", 4, "--chunk", 100, "--target", 200,
+              "--min-tau-per-chain", 5, "--max-seconds", 3, "--out", out)
+    run_script("critical_slowing_down.py", "--algorithms", "swendsen_wang", "wolff", *common)
+    rows = read_rows(out / "critical_slowing_down.csv")
+    assert len(rows) == 2 * 2 * 3  # algorithms x sizes x observables
+    assert (out / "critical_slowing_down.png").exists()
+    proc = run_script("critical_slowing_down.py", "--algorithms", "swendsen_wang", "wolff",
+                      "--refit", *common)
+    assert "z[swendsen_wang" in proc.stdout
+    refit = read_rows(out / "critical_slowing_down.csv")
+    assert [(r["algorithm"], r["L"], r["observable"], r["tau_sweeps"]) for r in refit] == [
+        (r["algorithm"], r["L"], r["observable"], r["tau_sweeps"]) for r in rows]
+
+
+def test_train_cooperation_script_trains_only_missing_models(tmp_path):
+    out = tmp_path / "t"
+    run_script("train_cooperation.py", "--steps", 2, "--models", "softmax", "--out", out)
+    proc = run_script("train_cooperation.py", "--steps", 2, "--models", "softmax,learned",
+                      "--out", out)
+    assert "softmax: in" in proc.stdout and "learned:" in proc.stdout
+    rows = read_rows(out / "train_cooperation.csv")
+    assert [r["model"] for r in rows] == ["softmax", "learned"]  # held-out eval at step 0 only
+    assert (out / "train_cooperation.png").exists()
+    proc = run_script("train_cooperation.py", "--models", "bogus", "--out", out, check=False)
+    assert proc.returncode != 0 and "bogus" in proc.stderr
