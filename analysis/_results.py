@@ -3,9 +3,10 @@
 A script measures a list of points (an (L, beta) pair, an (algorithm, L) pair, a schedule and
 anneal time, a training run). :class:`ResultsTable` appends each point's rows to a CSV as soon
 as the point is done (flushed), so an interrupted run keeps everything it finished and a re-run
-measures only the points that are missing. The settings that every point depends on (samples,
-chains, seed, ...) are kept next to the CSV (``<name>.settings.json``): resuming with other
-settings would mix incomparable points in one table, so it stops with a message that names the
+measures only the points that are missing. The settings that change what a point means (the
+model's size and seed, the training length, ...; not those that only set its precision, which
+its error bar reports) are kept next to the CSV (``<name>.settings.json``): resuming with other
+values would mix incomparable points in one table, so it stops with a message that names the
 settings that differ (use ``--fresh`` or another ``--out``).
 """
 

@@ -421,9 +421,9 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "critical_slowing_down.csv")
     series_dir = os.path.join(args.out, "series")
-    # --target and --min-tau-per-chain only decide when a point stops, so they may change
-    table = ResultsTable(csv_path, FIELDS, lambda r: (r["algorithm"], r["L"]),
-                         settings={"chains": args.chains, "seed": args.seed}, parse=parse_row,
+    # every row carries its chains, thinning and run length, and tau does not depend on them:
+    # points measured with other settings (e.g. a larger L with fewer chains) join the table
+    table = ResultsTable(csv_path, FIELDS, lambda r: (r["algorithm"], r["L"]), parse=parse_row,
                          fresh=args.fresh)
     rows = table.rows
     if args.refit:

@@ -173,8 +173,7 @@ def main(argv=None):
     csv_path = os.path.join(args.out, "diabatic_effective_beta.csv")
     table = ResultsTable(
         csv_path, COLUMNS, point_key,
-        settings={"n": args.n, "points": args.points, "seed": args.seed,
-                  "tolerance": args.tolerance},
+        settings={"n": args.n, "points": args.points, "seed": args.seed},  # the model, the grid
         parse=lambda r: {k: v if k in ("schedule", "model") else float(v) for k, v in r.items()},
         fresh=args.fresh)
     done = table.done

@@ -13,7 +13,7 @@ For every L and beta on a grid around beta_c = ln(1 + sqrt 2) / 2 this samples t
 Error bars: MCSE of means from arviz's ESS; for c, chi and U the spread of the per-chain
 estimates over sqrt(chains). Results go to ``<out>/ising2d_phase.csv`` (one row per (L, beta),
 appended as soon as the point is done, so an interrupted run keeps its finished points and a
-re-run with the same settings skips them; ``--fresh`` starts over), ``ising2d_phase.json`` (Binder crossings) and ``ising2d_phase.png``.
+re-run skips them; ``--fresh`` starts over), ``ising2d_phase.json`` (Binder crossings) and ``ising2d_phase.png``.
 
 Usage::
 
@@ -199,10 +199,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "ising2d_phase.csv")
+    # samples, chains, burn-in and seed set a point's precision, not what it measures (its
+    # error bars say how precise it is), so a re-run with others may add points to the table
     table = ResultsTable(
         csv_path, FIELDS, lambda r: (int(r["L"]), round(r["beta"], 6)),
-        settings={"samples": args.samples, "chains": args.chains, "burnin": args.burnin,
-                  "seed": args.seed},
         parse=lambda r: {k: float(v) for k, v in r.items()}, fresh=args.fresh)
     done = table.done
     betas = np.asarray(args.betas if args.betas else default_betas(), float)
