@@ -41,6 +41,9 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   Both the field and the coupling gradient come from one joint per key: the window before
   key ``k`` together with ``s_k = 1``, whose covariance with ``G`` summed over windows is
   ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
+* **Longer blocks for the learned gradient** (:data:`VJP_BLOCK` keys, where the couplings'
+  range allows, :func:`_core_bwd`): its windows are recomputed inside a block, so its blocks
+  need not fit in a window; fewer block ends, where the lanes wait for each other.
 * **Causal packing** (:func:`transfer_inference`): under a causal mask rows ``t`` and
   ``T - 1 - t`` share one chain.
 
@@ -60,6 +63,16 @@ import jax.numpy as jnp
 BLOCK = 8
 #: Queries processed together (the last, contiguous axis of every message array).
 TILE_QUERIES = 128
+#: Keys per block of the learned-couplings gradient, when the couplings' range allows
+#: (``max_n sum_d |c_nd| <= 20 * BLOCK / VJP_BLOCK`` in float32). Its windows inside a block are
+#: recomputed, not read out at the block's end, so its blocks need not fit in a window (``<= r``).
+#: Longer blocks mean fewer renormalizations and loop iterations, whose reductions are the points
+#: where the two lanes wait for each other (see :func:`_core_bwd`).
+VJP_BLOCK = 16
+#: Smallest range ``r`` that gets :data:`VJP_BLOCK`: with ``2^r < 64`` states a step is cheap,
+#: the gain small (r = 2: 9%, 4: 11%; r = 6: 18%, 8: 19%) and the extra compilation (~6 s on
+#: the T = 512 workload) not worth it.
+VJP_BLOCK_MIN_RANGE = 6
 #: Independent lanes of queries per tile. Their recursions share one loop body, so XLA's CPU
 #: runtime runs them concurrently (one recursion alone is a chain of dependent steps).
 LANES = 2
@@ -323,6 +336,17 @@ def _coupling_range(c):
     return jnp.max(jnp.sum(jnp.abs(c), axis=-1))
 
 
+def _reblock(x, K, fill):
+    """Keys of a tiled array ``(nt, nb, K0, ...)`` regrouped in blocks of ``K``:
+    ``(nt, ceil(nb K0 / K), K, ...)``, the last block padded with ``fill``."""
+    nt, nb, K0 = x.shape[:3]
+    n = nb * K0
+    m = -(-n // K)
+    x = x.reshape(nt, n, *x.shape[3:])
+    x = jnp.pad(x, ((0, 0), (0, m * K - n)) + ((0, 0),) * (x.ndim - 2), constant_values=fill)
+    return x.reshape(nt, m, K, *x.shape[2:])
+
+
 def _per_block(fn, a, c, *rest):
     """Run ``fn`` on every tile with :data:`BLOCK` steps per block when the couplings allow it,
     else with one step per block (renormalized at every key: slower, exact up to the second
@@ -354,6 +378,17 @@ def _core_fwd(a, c, r, coupling_grad):
 
 
 def _core_bwd(r, coupling_grad, res, g):
+    """The VJP. Frozen couplings: the field part alone, in the forward pass's blocks (its
+    readout needs blocks of at most ``r`` keys). Learned couplings: blocks of
+    :data:`VJP_BLOCK` keys when the couplings' range allows (keys regrouped, the last block
+    padded with held keys), else the forward pass's. Measured on the 2048 chains per head of
+    ``bench_attention.py``'s T = 512 workload (r = 8, 2 cores): 2.90 s with blocks of 8 keys,
+    2.45 s with 16, 2.28 s with 32 (4: 3.58 s; 2: 5.19 s). The kernels' total time hardly
+    changes (1.18 -> 1.12 s of CPU time for 16 -> 32 in a profile); the two cores are busier:
+    each block ends in reductions (renormalization, ``E[G]``) at which the two lanes wait for
+    each other. 16 keeps the range at half the 8-key path's (float32: 10) and costs about 6 s
+    more compilation on that workload (32: about 10 s); only ranges ``r >=``
+    :data:`VJP_BLOCK_MIN_RANGE` use it."""
     a, c = res
     feat = _window_features(r, a.dtype)
     if not coupling_grad:  # the caller holds c constant (see banded_chain_marginals)
@@ -361,7 +396,21 @@ def _core_bwd(r, coupling_grad, res, g):
             return _vjp_tile(x, c, feat, gx, pairs=False)[0]
 
         return _per_block(da_only, a, c, g), jnp.zeros_like(c)
-    da, dc = _per_block(lambda x, c, gx: _vjp_tile(x, c, feat, gx), a, c, g)
+
+    def blocks(x, g):
+        return _per_block(lambda t, c, gt: _vjp_tile(t, c, feat, gt), x, c, g)
+
+    nb, K = a.shape[1:3]
+    if r >= VJP_BLOCK_MIN_RANGE and K < VJP_BLOCK <= nb * K:  # where the range allows them
+        def long(a, g):
+            da, dc = jax.lax.map(lambda x: _vjp_tile(x[0], c, feat, x[1]),
+                                 (_reblock(a, VJP_BLOCK, -jnp.inf), _reblock(g, VJP_BLOCK, 0.0)))
+            return _reblock(da, K, 0.0)[:, :nb], dc
+
+        fits = _coupling_range(c) <= _coupling_limits(a.dtype)[0] * BLOCK / VJP_BLOCK
+        da, dc = jax.lax.cond(fits, long, blocks, a, g)
+    else:
+        da, dc = blocks(a, g)
     return da, jnp.sum(dc, axis=0)
 
 

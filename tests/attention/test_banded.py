@@ -15,6 +15,8 @@ from isingattn.attention import Couplings, boltzmann_attention
 from isingattn.attention._banded import (
     BLOCK,
     TILE_QUERIES,
+    VJP_BLOCK,
+    VJP_BLOCK_MIN_RANGE,
     _causal_packing,
     banded_chain_log_partition,
     banded_chain_marginals,
@@ -95,6 +97,22 @@ def test_gradients_match_enumeration_range_beyond_a_block():
     w, wz = jax.random.normal(kw, a.shape), jax.random.normal(kz, a.shape[:-1])
     for g, e in zip(_grad_banded(a, c, mask, w, wz), _grad_exact(a, c, mask, w, wz)):
         np.testing.assert_allclose(g, e, atol=1e-12)
+
+
+@pytest.mark.parametrize("S, r", [(VJP_BLOCK, VJP_BLOCK_MIN_RANGE), (VJP_BLOCK + 1, BLOCK)])
+def test_gradients_match_enumeration_in_longer_gradient_blocks(S, r):
+    """The learned-couplings VJP regroups keys in blocks of VJP_BLOCK when the couplings'
+    range allows (here: three 6-key blocks regrouped in two 16-key blocks, the last padded;
+    three 8-key blocks, the last padded, likewise). One chain set within that range, one
+    beyond it (the forward pass's blocks), both against autodiff of exact enumeration."""
+    for scale in (0.3, 6.0):
+        a, c, mask = _chains(3, 2, S, r, seed=S + r, coupling_scale=scale)
+        limit = 20.0 * BLOCK / VJP_BLOCK  # float32's; float64 allows 8x more
+        assert (float(jnp.max(jnp.sum(jnp.abs(c), -1))) <= limit) == (scale < 1)
+        kw, kz = jax.random.split(jax.random.key(S))
+        w, wz = jax.random.normal(kw, a.shape), jax.random.normal(kz, a.shape[:-1])
+        for g, e in zip(_grad_banded(a, c, mask, w, wz), _grad_exact(a, c, mask, w, wz)):
+            np.testing.assert_allclose(g, e, atol=1e-11)
 
 
 def test_frozen_couplings_gradient_is_the_field_part_of_the_full_one():
@@ -180,14 +198,14 @@ def test_causal_packing_tables_cover_every_allowed_key_once():
 
 def test_float32_matches_float64_for_strong_couplings():
     """Within the documented range (sum_d |c_d| <= 20: 8 keys per renormalization; up to 30:
-    renormalized at every key) float32 agrees with float64 to about 1e-6, with fields up to
-    |a| ~ 100."""
+    renormalized at every key; the learned-couplings gradient's 16-key blocks up to 10) float32
+    agrees with float64 to about 1e-6, with fields up to |a| ~ 100."""
     a, c, _ = _chains(32, 2, 60, 8, seed=3, field_scale=30.0)
     g = jax.random.normal(jax.random.key(4), a.shape)
     vjp = jax.jit(jax.grad(lambda a, c: jnp.sum(g.astype(a.dtype) * banded_chain_marginals(a, c)),
                            argnums=(0, 1)))
     marg = jax.jit(banded_chain_marginals)
-    for total in (15.0, 25.0):
+    for total in (9.9, 15.0, 25.0):
         ct = c / jnp.sum(jnp.abs(c), axis=-1, keepdims=True) * total
         a32, c32 = a.astype("float32"), ct.astype("float32")
         np.testing.assert_allclose(marg(a32, c32), marg(a, ct), atol=1e-5)
