@@ -13,8 +13,10 @@ settings that differ (use ``--fresh`` or another ``--out``).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+import sys
 
 
 def _jsonable(settings):
@@ -30,7 +32,8 @@ class ResultsTable:
       key: ``key(row) -> hashable`` identifying the point a row belongs to (several rows may
         share one point, e.g. one per observable).
       settings: a JSON-serializable dict of the run's settings; resuming a table written with
-        other settings raises ``SystemExit`` naming them.
+        other settings raises ``SystemExit`` naming them. None: neither checked nor written
+        (a table whose points do not depend on settings, or a run that only reads it).
       parse: ``parse(row) -> row`` converting a row read back from the CSV (strings) to values.
       fresh: start over (delete the CSV and its settings).
     """
@@ -40,12 +43,14 @@ class ResultsTable:
         self.fields = list(fields)
         self.key = key
         self.settings_path = os.path.splitext(path)[0] + ".settings.json"
-        settings = _jsonable(settings or {})
         if fresh:
             for p in (path, self.settings_path):
                 if os.path.exists(p):
                     os.remove(p)
         self.rows = self._read(parse or (lambda r: r))
+        if settings is None:
+            return
+        settings = _jsonable(settings)
         if self.rows and os.path.exists(self.settings_path):
             with open(self.settings_path) as f:
                 old = json.load(f)
@@ -63,6 +68,14 @@ class ResultsTable:
         if not os.path.exists(self.path):
             return []
         with open(self.path, newline="") as f:
+            text = f.read()
+        if text and not text.endswith("\n"):  # a write cut short: drop its torn line
+            text = text[: text.rfind("\n") + 1]
+            with open(self.path, "w", newline="") as f:
+                f.write(text)
+            print(f"{self.path}: dropped an incomplete last line (an interrupted write)",
+                  file=sys.stderr)
+        with io.StringIO(text, newline="") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None:
                 return []
@@ -81,12 +94,13 @@ class ResultsTable:
     def append(self, rows):
         """Write the rows of one finished point (a dict or a list of dicts) and flush."""
         rows = [rows] if isinstance(rows, dict) else list(rows)
-        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=self.fields)
+        if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
+            w.writeheader()
+        w.writerows(rows)
         with open(self.path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=self.fields)
-            if new:
-                w.writeheader()
-            w.writerows(rows)
+            f.write(buf.getvalue())  # one write per point
             f.flush()
             os.fsync(f.fileno())
         self.rows += rows

@@ -149,8 +149,9 @@ def main(argv=None):
         raise SystemExit(f"--models: unknown {', '.join(map(repr, unknown))}; choose from "
                          f"{', '.join(configs)}")
     path = os.path.join(args.out, "train_cooperation.csv")
-    table = ResultsTable(path, FIELDS, lambda r: r["model"],
-                         settings={"steps": args.steps, "seed": args.seed}, parse=parse_row,
+    table = ResultsTable(path, FIELDS, lambda r: r["model"], parse=parse_row,
+                         settings=None if args.plot_only else {"steps": args.steps,
+                                                               "seed": args.seed},
                          fresh=args.fresh and not args.plot_only)
     png = os.path.join(args.out, "train_cooperation.png")
     if args.plot_only:

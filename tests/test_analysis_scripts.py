@@ -49,8 +49,15 @@ def test_results_table_appends_resumes_and_refuses_other_settings(tmp_path, resu
         results_table(path, ["a", "b"], key, settings={"n": 4}, parse=parse)
     with pytest.raises(SystemExit, match="columns"):
         results_table(path, ["a", "c"], key, settings={"n": 3})
+    with open(path, "a") as f:  # a write cut short
+        f.write("3,0.")
+    t4 = results_table(path, ["a", "b"], key, settings={"n": 3}, parse=parse)
+    assert t4.done == {(1,), (2,)}
+    t4.append({"a": 3, "b": 0.25})
+    assert read_rows(path)[-1] == {"a": "3", "b": "0.25"} and len(read_rows(path)) == 4
     t2.rewrite([{"a": 7, "b": 1.0}])
     assert read_rows(path) == [{"a": "7", "b": "1.0"}]
+    assert results_table(path, ["a", "b"], key).rows == [{"a": "7", "b": "1.0"}]  # unchecked
     t3 = results_table(path, ["a", "b"], key, settings={"n": 4}, fresh=True)
     assert t3.rows == [] and not os.path.exists(path)
 
@@ -110,5 +117,11 @@ def test_train_cooperation_script_trains_only_missing_models(tmp_path):
     rows = read_rows(out / "train_cooperation.csv")
     assert [r["model"] for r in rows] == ["softmax", "learned"]  # held-out eval at step 0 only
     assert (out / "train_cooperation.png").exists()
+    # redrawing reads the table whatever the settings, and leaves its settings alone
+    settings = (out / "train_cooperation.settings.json").read_text()
+    (out / "train_cooperation.png").unlink()
+    run_script("train_cooperation.py", "--plot-only", "--out", out)
+    assert (out / "train_cooperation.png").exists()
+    assert (out / "train_cooperation.settings.json").read_text() == settings
     proc = run_script("train_cooperation.py", "--models", "bogus", "--out", out, check=False)
     assert proc.returncode != 0 and "bogus" in proc.stderr

@@ -5,6 +5,8 @@ checks (sampled methods) use fixed keys; each states its false-failure rate (the
 correct implementation fails for a random key), Bonferroni-corrected over the entries it tests.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,23 +146,25 @@ def test_transfer_follows_exact_into_the_softmax_limit(dtype):
     sm = jnp.einsum("bnts,bsnh->btnh", w, v64)
     tol = 2e-5 if dtype == jnp.float32 else 1e-9
 
+    @functools.partial(jax.jit, static_argnames="method")
     def out(method, b, q):
-        return boltzmann_attention(q, k, v, couplings=c, chemical_potential=b, method=method,
-                                   is_causal=True)
+        return boltzmann_attention(q, k, v, couplings=c, chemical_potential=b.astype(q.dtype),
+                                   method=method, is_causal=True)
 
+    # one compilation per method and dtype for the whole grid of b
+    grad = jax.jit(jax.grad(lambda q, b, method: jnp.sum(out(method, b, q) ** 2)),
+                   static_argnames="method")
     # float32 bound: log 7 + log(1/eps) + 2 = 19.9 on a_max + 2 sum(c+); the b grid crosses it
     for b in (-15.0, -25.0, -40.0, -60.0, -95.0, -300.0, -800.0):
+        b = jnp.float64(b)
         ref = out("exact", b, q.astype(jnp.float64))
         got = out("transfer", b, q)
         assert got.dtype == dtype
         np.testing.assert_allclose(got, ref, atol=tol, err_msg=f"b={b}")
         if b <= -60:
             np.testing.assert_allclose(got, sm, atol=tol, err_msg=f"b={b}")
-        def loss(q, method, b=b):
-            return jnp.sum(out(method, b, q) ** 2)
-
-        g_ref = jax.grad(loss)(q.astype(jnp.float64), "exact")
-        g = jax.grad(loss)(q, "transfer")
+        g_ref = grad(q.astype(jnp.float64), b, "exact")
+        g = grad(q, b, "transfer")
         assert np.all(np.isfinite(g)), b
         np.testing.assert_allclose(g, g_ref, atol=10 * tol, err_msg=f"b={b}")
 
@@ -212,6 +216,7 @@ def test_transfer_log_partition_matches_enumeration(causal, dtype):
     kw = {"couplings": c, "chemical_potential": b, "beta": 1.1, "mask": mask,
           "is_causal": causal, "return_weights": True}
 
+    @functools.partial(jax.jit, static_argnames="method")
     def logz(q, method):
         return boltzmann_attention(q, k, v, method=method, **kw)[1].log_partition
 
