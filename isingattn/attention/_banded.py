@@ -384,7 +384,8 @@ def _core_bwd(r, coupling_grad, res, g):
     padded with held keys), else the forward pass's. Measured on the 2048 chains per head of
     ``bench_attention.py``'s T = 512 workload (r = 8, 2 cores): 2.90 s with blocks of 8 keys,
     2.45 s with 16, 2.28 s with 32 (4: 3.58 s; 2: 5.19 s). The kernels' total time hardly
-    changes (1.18 -> 1.12 s of CPU time for 16 -> 32 in a profile); the two cores are busier:
+    changes (a profile of 512 chains per head: 1.18 s of CPU time with 8-key blocks, 1.12 s
+    with 32, for 0.73 and 0.60 s of wall time); the two cores are busier:
     each block ends in reductions (renormalization, ``E[G]``) at which the two lanes wait for
     each other. 16 keeps the range at half the 8-key path's (float32: 10) and costs about 6 s
     more compilation on that workload (32: about 10 s); only ranges ``r >=``
