@@ -347,6 +347,11 @@ def _reblock(x, K, fill):
     return x.reshape(nt, m, K, *x.shape[2:])
 
 
+def _map_tiles(fn, a, c, *rest):
+    """``fn(tile, c, *rest_tile)`` on every tile (leading axis) of ``a`` and ``rest``, in turn."""
+    return jax.lax.map(lambda x: fn(x[0], c, *x[1:]), (a, *rest))
+
+
 def _per_block(fn, a, c, *rest):
     """Run ``fn`` on every tile with :data:`BLOCK` steps per block when the couplings allow it,
     else with one step per block (renormalized at every key: slower, exact up to the second
@@ -354,7 +359,7 @@ def _per_block(fn, a, c, *rest):
     nt, nb, K = a.shape[:3]
 
     def fast(a, *rest):
-        return jax.lax.map(lambda x: fn(x[0], c, *x[1:]), (a, *rest))
+        return _map_tiles(fn, a, c, *rest)
 
     def safe(a, *rest):
         def one(x):
@@ -398,14 +403,17 @@ def _core_bwd(r, coupling_grad, res, g):
 
         return _per_block(da_only, a, c, g), jnp.zeros_like(c)
 
-    def blocks(x, g):
-        return _per_block(lambda t, c, gt: _vjp_tile(t, c, feat, gt), x, c, g)
+    def vjp(x, c, gx):
+        return _vjp_tile(x, c, feat, gx)
+
+    def blocks(a, g):
+        return _per_block(vjp, a, c, g)
 
     nb, K = a.shape[1:3]
     if r >= VJP_BLOCK_MIN_RANGE and K < VJP_BLOCK <= nb * K:  # where the range allows them
         def long(a, g):
-            da, dc = jax.lax.map(lambda x: _vjp_tile(x[0], c, feat, x[1]),
-                                 (_reblock(a, VJP_BLOCK, -jnp.inf), _reblock(g, VJP_BLOCK, 0.0)))
+            da, dc = _map_tiles(vjp, _reblock(a, VJP_BLOCK, -jnp.inf), c,
+                                _reblock(g, VJP_BLOCK, 0.0))
             return _reblock(da, K, 0.0)[:, :nb], dc
 
         fits = _coupling_range(c) <= _coupling_limits(a.dtype)[0] * BLOCK / VJP_BLOCK
