@@ -371,12 +371,14 @@ def _vjp_tile(a, c, feat, g, pairs=True):
             # with G, per window, gives dm_k (summed over w) and every pair s_k s_{k-d} (d <= r:
             # the bits of w). The pairs are summed over the block's keys here, over queries at
             # the block's end, and weighted by C and contracted with the bits at the very end
-            # (C is the same for every key and query). The block's start was kept before the
-            # previous block's normalization t.
-            scale = inv * t if i == 0 and K > 1 else inv
+            # (C is the same for every key and query).
+            if i == 0 and K > 1:
+                # the block's start was kept before the previous block's normalization t
+                # (applied to the half-size factors, before the products can leave the range)
+                h, dh = h * t[:, :, None], dh * t[:, :, None]
             bv, Av = bef.reshape(N, half, 2, Q), Abef.reshape(N, half, 2, Q)
             cov = ((Av * h + bv * (dh - h * rel[:, :, None]))
-                   * scale[:, :, None]).reshape(N, R, Q)
+                   * inv[:, :, None]).reshape(N, R, Q)
             dm[i] = jnp.einsum("nwq,nw->nq", cov, C[:, :, 0])
             accq = accq + cov
         acc = acc + jnp.sum(accq, axis=2)

@@ -214,6 +214,33 @@ def test_float32_matches_float64_for_strong_couplings():
             assert float(jnp.max(jnp.abs(x32 - x64)) / jnp.max(jnp.abs(x64))) < 1e-4, total
 
 
+def test_float32_gradient_when_every_block_drifts_to_the_edge_of_its_range():
+    """The worst case of the unnormalized stretches: positive couplings at the top of the
+    16-key range (sum 9.9) and strong positive fields put the weight on the all-ones window, so
+    the messages grow by the full bound, exp(9.9 / 2) per key, in every block, forward and
+    backward. A block's start is kept unnormalized (its normalization is applied in the next
+    step), so its product with the backward message must be formed after that scale: formed
+    before, it reached exp(2 * 16 * 9.9 / 2), overflowed float32 and made every gradient NaN.
+    The chains are nearly deterministic here, so the gradients are close to 0 and the check is
+    absolute: float32 rounding of covariances of terms of the size of ``G = sum_k g_k s_k``."""
+    S = 3 * VJP_BLOCK + 1
+    k = jax.random.split(jax.random.key(11), 3)
+    a = 30.0 + jax.random.normal(k[0], (8, 2, S))
+    c = jax.random.uniform(k[1], (2, 8), minval=0.5, maxval=1.0)
+    c = c / jnp.sum(c, axis=-1, keepdims=True) * 9.9
+    g = jax.random.normal(k[2], a.shape)
+    vjp = jax.jit(jax.grad(lambda a, c: jnp.sum(g.astype(a.dtype) * banded_chain_marginals(a, c)),
+                           argnums=(0, 1)))
+    a32, c32 = a.astype("float32"), c.astype("float32")
+    np.testing.assert_allclose(banded_chain_marginals(a32, c32), banded_chain_marginals(a, c),
+                               atol=1e-6)
+    frozen = jax.jit(jax.grad(lambda a, c: jnp.sum(
+        g.astype(a.dtype) * banded_chain_marginals(a, c, coupling_grad=False))))
+    for x32, x64 in [*zip(vjp(a32, c32), vjp(a, c)), (frozen(a32, c32), frozen(a, c))]:
+        assert bool(jnp.all(jnp.isfinite(x32)))
+        np.testing.assert_allclose(x32, x64, atol=1e-4)
+
+
 def test_couplings_beyond_the_float32_range_give_nan_not_wrong_numbers():
     a, c, _ = _chains(4, 2, 20, 8, seed=5)
     c = (c / jnp.sum(jnp.abs(c), axis=-1, keepdims=True) * 31.0).astype("float32")
