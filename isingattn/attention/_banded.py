@@ -275,19 +275,21 @@ def _vjp_tile(a, c, feat, g, pairs=True):
     L = _lanes(Q)
     Q = Q // L
 
-    def step(alpha, A, F):
-        """``(alpha, A)`` after key ``k`` from before it; ``F`` ``(N, 3, Q)``: ``f0, f1, g f1``
-        stacked (one materialized array: factors read through the scan's slices of
-        separate arrays made the kernels several times slower)."""
-        x, X = alpha.reshape(N, half, 2, Q), A.reshape(N, half, 2, Q)
-        xc, Xc = (alpha * C).reshape(N, half, 2, Q), (A * C).reshape(N, half, 2, Q)
-        f0, f1, gf = F[:, 0:1], F[:, 1:2], F[:, 2:3]
-        alpha = jnp.concatenate([(x[:, :, 0] + x[:, :, 1]) * f0,
-                                 (xc[:, :, 0] + xc[:, :, 1]) * f1], axis=1)
-        A = jnp.concatenate([(X[:, :, 0] + X[:, :, 1]) * f0,
-                             (Xc[:, :, 0] + Xc[:, :, 1]) * f1
-                             + (xc[:, :, 0] + xc[:, :, 1]) * gf], axis=1)
-        return alpha, A
+    def step(M, F):
+        """``M = (alpha, A)`` stacked ``(N, 2, R, Q)``, after key ``k`` from before it, in one
+        kernel (two kernels, one per message, took 3% longer over the whole gradient; the
+        same stacking of ``(beta, B)`` in ``back`` was 20% slower). ``F`` ``(N, 3, Q)``:
+        ``f0, f1, g f1`` stacked (one materialized array: factors read through the scan's
+        slices of separate arrays made the kernels several times slower); ``A``'s coupled
+        half gains ``g f1`` times ``alpha``'s coupled pair sums."""
+        P = M.reshape(N, 2, half, 2, Q)
+        Pc = (M * C[:, None]).reshape(N, 2, half, 2, Q)
+        s0 = P[:, :, :, 0] + P[:, :, :, 1]
+        s1 = Pc[:, :, :, 0] + Pc[:, :, :, 1]
+        f0, f1, gf = F[:, None, 0:1], F[:, None, 1:2], F[:, None, 2:3]
+        lo = s0 * f0
+        hi = s1 * f1 + jnp.concatenate([jnp.zeros_like(s1[:, :1]), s1[:, :1]], axis=1) * gf
+        return jnp.concatenate([lo, hi], axis=2)
 
     def fstack(b0, b1, gb):
         return jnp.stack([b0, b1, gb * b1], axis=-2)
@@ -311,27 +313,28 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         return beta, B, y[:, :, 1], d[:, :, 1]
 
     def forward(carry, blk):
-        alpha, A, s = carry
+        M, s = carry
         b0, b1, gb = blk
         F = fstack(b0, b1, gb)
-        alpha, A = step(alpha, A, F[0] * s)  # s: the previous block's normalization
+        M = step(M, F[0] * s)  # s: the previous block's normalization
         for i in range(1, K):
-            alpha, A = step(alpha, A, F[i])
-        end = (alpha, A, 1.0 / jnp.sum(alpha, axis=1, keepdims=True))
+            M = step(M, F[i])
+        end = (M, 1.0 / jnp.sum(M[:, 0], axis=1, keepdims=True))
         return end, (carry if pairs else end)
 
     zeros = jnp.zeros((N, R, Q), a.dtype)
     unit = jnp.ones((N, 1, Q), a.dtype)
     lanes = tuple(zip(_split(f0, L), _split(f1, L), _split(g, L)))
-    _, saved = _scan_lanes(forward, ((_start(N, R, Q, a.dtype), zeros, unit),) * L, lanes)
+    M0 = jnp.stack([_start(N, R, Q, a.dtype), zeros], axis=1)
+    _, saved = _scan_lanes(forward, ((M0, unit),) * L, lanes)
     xs = tuple((sv, *lane) for sv, lane in zip(saved, lanes))
     ones = jnp.ones((N, R, Q), a.dtype)
 
     if not pairs:
         def backward_da(carry, blk):
             beta, B, s = carry
-            (alpha, A, t), b0, b1, gb = blk
-            alpha, A = _bitrev(alpha) * t, _bitrev(A) * t
+            (M, t), b0, b1, gb = blk
+            alpha, A = _bitrev(M[:, 0]) * t, _bitrev(M[:, 1]) * t
             dP = A * beta + alpha * B
             m, inv = _block_marginals(alpha * beta, Wrev)
             dm = jnp.einsum("nwq,wk->knq", dP, Wrev) * inv - m * (jnp.sum(dP, axis=1) * inv)
@@ -346,17 +349,17 @@ def _vjp_tile(a, c, feat, g, pairs=True):
 
     def backward(carry, blk):
         beta, B, s, acc = carry
-        (start, Astart, t), b0, b1, gb = blk
+        (start, t), b0, b1, gb = blk
         F = fstack(b0, b1, gb)
-        before = [(start, Astart)]  # recomputed windows before each key of the block
+        before = [start]  # recomputed windows before each key of the block
         if K > 1:
-            before.append(step(start, Astart, F[0] * t))
+            before.append(step(start, F[0] * t))
         for i in range(1, K - 1):
-            before.append(step(*before[-1], F[i]))
+            before.append(step(before[-1], F[i]))
         dm = [None] * K
         accq = 0.0  # the block's pair statistics, per query
         for i in reversed(range(K)):
-            bef, Abef = before[i]
+            bef, Abef = before[i][:, 0], before[i][:, 1]
             if i == K - 1:  # the previous block's normalization
                 beta, B, h, dh = back(beta, B, F[i] * s)
             else:
