@@ -286,9 +286,9 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         Pc = (M * C[:, None]).reshape(N, 2, half, 2, Q)
         s0 = P[:, :, :, 0] + P[:, :, :, 1]
         s1 = Pc[:, :, :, 0] + Pc[:, :, :, 1]
-        f0, f1, gf = F[:, None, 0:1], F[:, None, 1:2], F[:, None, 2:3]
-        lo = s0 * f0
-        hi = s1 * f1 + jnp.concatenate([jnp.zeros_like(s1[:, :1]), s1[:, :1]], axis=1) * gf
+        e0, e1, eg = F[:, None, 0:1], F[:, None, 1:2], F[:, None, 2:3]
+        lo = s0 * e0
+        hi = s1 * e1 + jnp.concatenate([jnp.zeros_like(s1[:, :1]), s1[:, :1]], axis=1) * eg
         return jnp.concatenate([lo, hi], axis=2)
 
     def fstack(b0, b1, gb):
