@@ -360,10 +360,8 @@ def _vjp_tile(a, c, feat, g, pairs=True):
         accq = 0.0  # the block's pair statistics, per query
         for i in reversed(range(K)):
             bef, Abef = before[i][:, 0], before[i][:, 1]
-            if i == K - 1:  # the previous block's normalization
-                beta, B, h, dh = back(beta, B, F[i] * s)
-            else:
-                beta, B, h, dh = back(beta, B, F[i])
+            # (the block's last key, the first one here, carries the next block's normalization)
+            beta, B, h, dh = back(beta, B, F[i] * s if i == K - 1 else F[i])
             # the s_k = 1 halves, indexed like the pairs of the window before key k
             h, dh = _bitrev(h)[:, :, None], _bitrev(dh)[:, :, None]
             if i == K - 1:  # the block's windows share one scale: sum_w alpha beta = Z
