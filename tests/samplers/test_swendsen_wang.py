@@ -22,6 +22,7 @@ from isingattn.samplers import SwendsenWangSampler
 from isingattn.samplers._swendsen_wang import (
     _grid_pull,
     _label,
+    _label_dtype,
     _sparse_plan,
     _table_pull,
     grid_layout,
@@ -73,12 +74,29 @@ def test_grid_layout_any_edge_order_and_non_grids():
 
 
 # --------------------------------------------------------------------------- labelling paths
-def test_grid_labelling_matches_scipy():
+@pytest.fixture(params=["int16", "int32"])
+def label_dtype(request, monkeypatch):
+    # small graphs get int16 labels; the int32 path (2^15 nodes or more) is forced here
+    import isingattn.samplers._swendsen_wang as swm
+
+    if request.param == "int32":
+        monkeypatch.setattr(swm, "_label_dtype", lambda total: jnp.int32)
+    return swm._label_dtype
+
+
+def test_label_dtype_switches_at_int16_range():
+    assert _label_dtype(1) == jnp.int16 and _label_dtype((1 << 15) - 1) == jnp.int16
+    assert _label_dtype(1 << 15) == jnp.int32
+
+
+def test_grid_labelling_matches_scipy(label_dtype):
     m = square_lattice((12, 10))
     *_, slots = grid_layout(m.graph)
     u, v = m.edges[:, 0], m.edges[:, 1]
     C = 3
-    label = jax.jit(lambda b: _label(_grid_pull(b, jnp.int32(C * m.n)), C * m.n))
+    total = C * m.n
+    label = jax.jit(lambda b: _label(_grid_pull(b, jnp.asarray(total, label_dtype(total))),
+                                     total))
     for p in (0.2, 0.5, 0.7):  # below, near and above the bond-percolation threshold
         bond = np.asarray(jax.random.bernoulli(jax.random.key(int(p * 10)), p, (C, m.num_edges)))
         grid = np.concatenate([bond, np.zeros((C, 1), bool)], 1)[:, slots]  # (C, 2, Lx, Ly)
@@ -87,7 +105,7 @@ def test_grid_labelling_matches_scipy():
             np.testing.assert_array_equal(roots[c], _scipy_roots(m.n, u, v, bond[c]))
 
 
-def test_table_labelling_matches_scipy():
+def test_table_labelling_matches_scipy(label_dtype):
     # a random sparse graph that is not a grid: neighbour-table path
     rng = np.random.default_rng(1)
     n = 40
@@ -103,7 +121,8 @@ def test_table_labelling_matches_scipy():
         bonded = jnp.concatenate([bond, jnp.zeros((C, 1), bool)], 1)[:, plan.nbr_e]
         off = (jnp.arange(C, dtype=jnp.int32) * n)[:, None, None]
         nbr = (jnp.asarray(plan.nbr)[None] + off).reshape(total, -1)
-        return _label(_table_pull(nbr, bonded.reshape(total, -1), jnp.int32(total)), total)
+        big = jnp.asarray(total, label_dtype(total))
+        return _label(_table_pull(nbr, bonded.reshape(total, -1), big), total)
 
     label = jax.jit(label)
     for p in (0.3, 0.6, 0.9):
