@@ -33,7 +33,13 @@ def _t_quantile(df):
 
 
 # --------------------------------------------------------------------------- components
-def test_components_match_scipy():
+@pytest.mark.parametrize("wide", [False, True])
+def test_components_match_scipy(wide, monkeypatch):
+    # int16 labels for small graphs; wide=True forces the int32 path (2^15 nodes or more)
+    if wide:
+        import isingattn.samplers._swendsen_wang as swm
+
+        monkeypatch.setattr(swm, "_label_dtype", lambda total: jnp.int32)
     model = square_lattice((12, 10))
     u, v = model.edges[:, 0], model.edges[:, 1]
     find = jax.jit(jax.vmap(lambda b: components_jax(model.n, u, v, b)))
