@@ -138,8 +138,8 @@ def _label(pull, total):
     :func:`_label_chains`), half the memory traffic of int32 in every gather and scatter.
     Sampling at beta_c, int32 -> int16: 64 x 64 torus, 4 chains 7.7 k -> 8.5 k sweeps/s, 16
     chains 6.3 k -> 6.8 k; 128 x 128, 4 chains 1.49 k -> 1.65 k (groups of 2^14 int16 nodes,
-    the bytes of 2^13 int32 ones: 7.8 k and 6.6 k on 64 x 64). ``pull`` must keep the dtype
-    (:func:`_label_dtype`). Returns int32 labels."""
+    the bytes of 2^13 int32 ones: 7.8 k and 6.6 k on 64 x 64). ``pull`` keeps the labels'
+    dtype. Returns int32 labels."""
     dtype = _label_dtype(total)
     l0 = jnp.arange(total, dtype=dtype)
 
@@ -163,12 +163,14 @@ def _label_dtype(total):
 
 def _table_pull(nbr_global, bonded, big):
     """``pull`` for padded neighbour tables: ``nbr_global`` (total, d) global indices (padding =
-    the node itself), ``bonded`` (total, d) bool."""
+    the node itself), ``bonded`` (total, d) bool, ``big`` (an int) the label of no neighbour, in
+    the labels' dtype."""
 
     def pull(l):
         if nbr_global.shape[1] == 0:
             return l
-        return jnp.minimum(l, jnp.min(jnp.where(bonded, _get(l, nbr_global), big), axis=1))
+        none = jnp.asarray(big, l.dtype)
+        return jnp.minimum(l, jnp.min(jnp.where(bonded, _get(l, nbr_global), none), axis=1))
 
     return pull
 
@@ -186,19 +188,21 @@ def _roll(a, shift, axis):
 
 def _grid_pull(bond, big):
     """``pull`` on a periodic grid: ``bond`` (C, 2, Lx, Ly) bool, slot 0 the edge
-    ``(r, c)-(r, c+1)``, slot 1 ``(r, c)-(r+1, c)`` (indices modulo the grid)."""
+    ``(r, c)-(r, c+1)``, slot 1 ``(r, c)-(r+1, c)`` (indices modulo the grid); ``big`` (an
+    int) the label of no neighbour, in the labels' dtype."""
     C, _, Lx, Ly = bond.shape
     right, down = bond[:, 0], bond[:, 1]
     left, up = _roll(right, 1, 2), _roll(down, 1, 1)
 
     def pull(l):
         g = l.reshape(C, Lx, Ly)
+        none = jnp.asarray(big, l.dtype)
         # XLA fuses this into each consumer of the result (the scatter's indices and
         # updates), a stacked reduction as well as a tree of minimums (the same time)
         return jnp.min(jnp.stack([
             g,
-            jnp.where(right, _roll(g, -1, 2), big), jnp.where(left, _roll(g, 1, 2), big),
-            jnp.where(down, _roll(g, -1, 1), big), jnp.where(up, _roll(g, 1, 1), big),
+            jnp.where(right, _roll(g, -1, 2), none), jnp.where(left, _roll(g, 1, 2), none),
+            jnp.where(down, _roll(g, -1, 1), none), jnp.where(up, _roll(g, 1, 1), none),
         ]), axis=0).reshape(-1)
 
     return pull
@@ -404,13 +408,12 @@ def _label_chains(plan, links):
     def label(b):
         c = b.shape[0]
         total = c * n
-        big = jnp.asarray(total, _label_dtype(total))
         if plan.grid is not None:
-            pull = _grid_pull(b, big)
+            pull = _grid_pull(b, total)
         else:
             off = (jnp.arange(c, dtype=jnp.int32) * n)[:, None, None]
             nbr_global = (jnp.asarray(plan.nbr)[None] + off).reshape(total, -1)
-            pull = _table_pull(nbr_global, b.reshape(total, -1), big)
+            pull = _table_pull(nbr_global, b.reshape(total, -1), total)
         return _label(pull, total)
 
     G = max(1, LABEL_GROUP_NODES // max(n, 1))

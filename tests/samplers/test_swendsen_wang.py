@@ -81,7 +81,7 @@ def label_dtype(request, monkeypatch):
 
     if request.param == "int32":
         monkeypatch.setattr(swm, "_label_dtype", lambda total: jnp.int32)
-    return swm._label_dtype
+    return request.param
 
 
 def test_label_dtype_switches_at_int16_range():
@@ -94,9 +94,7 @@ def test_grid_labelling_matches_scipy(label_dtype):
     *_, slots = grid_layout(m.graph)
     u, v = m.edges[:, 0], m.edges[:, 1]
     C = 3
-    total = C * m.n
-    label = jax.jit(lambda b: _label(_grid_pull(b, jnp.asarray(total, label_dtype(total))),
-                                     total))
+    label = jax.jit(lambda b: _label(_grid_pull(b, C * m.n), C * m.n))
     for p in (0.2, 0.5, 0.7):  # below, near and above the bond-percolation threshold
         bond = np.asarray(jax.random.bernoulli(jax.random.key(int(p * 10)), p, (C, m.num_edges)))
         grid = np.concatenate([bond, np.zeros((C, 1), bool)], 1)[:, slots]  # (C, 2, Lx, Ly)
@@ -121,8 +119,7 @@ def test_table_labelling_matches_scipy(label_dtype):
         bonded = jnp.concatenate([bond, jnp.zeros((C, 1), bool)], 1)[:, plan.nbr_e]
         off = (jnp.arange(C, dtype=jnp.int32) * n)[:, None, None]
         nbr = (jnp.asarray(plan.nbr)[None] + off).reshape(total, -1)
-        big = jnp.asarray(total, label_dtype(total))
-        return _label(_table_pull(nbr, bonded.reshape(total, -1), big), total)
+        return _label(_table_pull(nbr, bonded.reshape(total, -1), total), total)
 
     label = jax.jit(label)
     for p in (0.3, 0.6, 0.9):
