@@ -3,8 +3,9 @@
 Workload: periodic 64 x 64 lattice (N = 4096), J = 1, beta = beta_c = ln(1 + sqrt 2) / 2, the
 same number of chains (``--chains``, default 4) for both samplers, every rate counting all chains.
 
-* Swendsen–Wang (:class:`~isingattn.samplers.SwendsenWangSampler`), both connected-component
-  paths (in-JAX ``components="jax"`` and host ``components="scipy"``): sweeps per second (one SW
+* Swendsen–Wang (:class:`~isingattn.samplers.SwendsenWangSampler`), every connected-component
+  path (the compiled union-find ``components="numba"``, the default on the CPU; the in-JAX
+  labelling ``"jax"``; scipy on the host ``"scipy"``): sweeps per second (one SW
   update = one sweep) from ``--chains`` chains x ``--sw-sweeps`` updates, median of
   ``--repeats`` timed calls after a warm-up call (compile time = first call - median, apart),
   the repeats of all timed runs interleaved (load changes on a shared machine hit all alike).
@@ -25,7 +26,7 @@ same number of chains (``--chains``, default 4) for both samplers, every rate co
   window).
 
 Prints the ratio ``SW/Metropolis effective |m| samples per second`` (target >= 20x).
-``--chains-sweep 1,4,16`` adds the same rates (SW ``"jax"`` and Metropolis, medians of
+``--chains-sweep 1,4,16`` adds the same rates (SW with its default path and Metropolis, medians of
 ``--repeats``) at other numbers of chains, with the ratio each would give with the tau values
 above (tau_int is a property of one chain): the ratio depends on the number of chains, because
 Metropolis vectorizes over chains and an SW step does not get cheaper per chain.
@@ -84,11 +85,15 @@ def tau_sweeps(samples, model, sweeps_per_draw):
     return float(tau) * sweeps_per_draw, how
 
 
+#: the connected-component paths of Swendsen–Wang timed side by side
+PATHS = ("numba", "jax", "scipy")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--L", type=int, default=64)
     p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--sw-sweeps", type=int, default=500)
+    p.add_argument("--sw-sweeps", type=int, default=2000)
     p.add_argument("--metro-sweeps", type=int, default=2000)
     p.add_argument("--metro-tau-sweeps", type=int, default=100_000)
     p.add_argument("--metro-thin", type=int, default=50)
@@ -107,7 +112,8 @@ def main(argv=None):
           f"medians of {args.repeats} interleaved timed calls after warm-up; jax {jax.__version__} on "
           f"{jax.devices()[0].platform}")
 
-    # equilibrated starting states from SW (cheap), shared by every timed run
+    # equilibrated starting states from SW (cheap), shared by every timed run; the default
+    # labelling ("auto": the compiled union-find on the CPU)
     sw = SwendsenWangSampler()
     x0 = sw.sample(model, key, 1, num_chains=C, num_burnin=200).spins[:, -1]
 
@@ -124,16 +130,16 @@ def main(argv=None):
 
     timed = timed_interleaved(
         [one_draw(SwendsenWangSampler(components=comp), C, args.sw_sweeps, x0, 0)
-         for comp in ("jax", "scipy")] + [one_draw(met, C, args.metro_sweeps, x0, 1000)],
+         for comp in PATHS] + [one_draw(met, C, args.metro_sweeps, x0, 1000)],
         args.repeats)
     results = {}
-    for comp, (first, med, out) in zip(("jax", "scipy"), timed[:2]):
+    for comp, (first, med, out) in zip(PATHS, timed[:len(PATHS)]):
         sps = C * args.sw_sweeps / med
         results[f"sw-{comp}"] = (sps, out)
         print(f"Swendsen-Wang [{comp:>5} components]: {sps:10.1f} sweeps/s "
               f"({C} chains x {args.sw_sweeps} sweeps in {med:.3f} s; compile+first call "
               f"{first - med:+.2f} s over the median)")
-    best = max(("sw-jax", "sw-scipy"), key=lambda k: results[k][0])
+    best = max((f"sw-{comp}" for comp in PATHS), key=lambda k: results[k][0])
     sw_sps, _ = results[best]
     # tau from an equilibrated run that keeps every update
     long = sw.sample(model, jax.random.fold_in(key, 99), 4000, num_chains=C, num_burnin=0,
@@ -143,7 +149,7 @@ def main(argv=None):
     print(f"Swendsen-Wang tau_int(|m|) = {sw_tau:.2f} sweeps ({sw_how}, {C} x 4000 updates) "
           f"-> {sw_eff:.1f} effective |m| samples/s ({best})")
 
-    first, med, _ = timed[2]
+    first, med, _ = timed[len(PATHS)]
     m_sps = C * args.metro_sweeps / med
     print(f"Metropolis (checkerboard): {m_sps:10.1f} sweeps/s ({C} chains x {args.metro_sweeps} "
           f"sweeps in {med:.3f} s; compile+first call {first - med:+.2f} s over the median; "

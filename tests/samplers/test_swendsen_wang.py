@@ -131,17 +131,18 @@ def test_table_labelling_matches_scipy(label_dtype):
 
 
 # --------------------------------------------------------------------------- kernel
-@pytest.mark.parametrize("group", [None, 2])
-def test_step_chains_equals_one_chain_steps(group, monkeypatch):
-    # the driver calls step_chains (all chains labelled at once, or in groups of `group`
-    # chains: 5 chains = 2 + 2 + 1 and a padding chain); it must equal vmap(step)
+@pytest.mark.parametrize("components,group", [("numba", None), ("jax", None), ("jax", 2)])
+def test_step_chains_equals_one_chain_steps(components, group, monkeypatch):
+    # the driver calls step_chains (all chains labelled at once, or in the in-JAX labelling in
+    # groups of `group` chains: 5 chains = 2 + 2 + 1 and a padding chain); it must equal
+    # vmap(step)
     import isingattn.samplers._swendsen_wang as swm
 
     for m in (square_lattice((4, 5), J=0.9, h=0.2, beta=0.5),
               chain(7, J=-0.7, h=0.1, beta=0.9).to_dense()):
         if group is not None:
             monkeypatch.setattr(swm, "LABEL_GROUP_NODES", group * m.n)
-        sw = SwendsenWangSampler()
+        sw = SwendsenWangSampler(components=components)
         keys = jax.random.split(jax.random.key(3), 5)
         x0 = jnp.where(jax.random.bernoulli(jax.random.key(4), 0.5, (5, m.n)), 1.0, -1.0)
         states = jax.vmap(sw.init, in_axes=(None, 0, 0))(m, keys, x0)
