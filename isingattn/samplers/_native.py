@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -308,6 +309,28 @@ def _register(target):
     jax.ffi.register_ffi_target(target, capsule(handler.address, None, None), platform="cpu")
 
 
+def usable(target):
+    """Whether the kernel of ``target`` can run here: :func:`available`, and registering it
+    with XLA succeeded (done here if not yet: compiles it). A failed registration (say, an XLA
+    that no longer accepts this module's FFI API version) warns once and returns False, so
+    ``components="auto"`` falls back to the in-JAX labelling."""
+    if not available():
+        return False
+    try:
+        _register(target)
+    except Exception as err:  # noqa: BLE001 - any failure means: use the in-JAX labelling
+        _warn_once(target, err)
+        return False
+    return True
+
+
+@functools.cache
+def _warn_once(target, err):
+    warnings.warn(f"isingattn: the compiled union-find {target!r} could not be registered with "
+                  f"XLA ({err}); using the in-JAX labelling instead", RuntimeWarning,
+                  stacklevel=3)
+
+
 def grid_roots(bond):
     """Component roots of periodic-grid bonds ``(..., 2, Lx, Ly)`` bool: ``(..., Lx * Ly)``
     int32, each node's smallest component member (row-major index)."""
@@ -338,4 +361,4 @@ def table_roots(bonded, nbr):
         vmap_method="expand_dims")(jnp.asarray(bonded, bool), jnp.asarray(nbr, jnp.int32))
 
 
-__all__ = ["available", "grid_roots", "table_roots"]
+__all__ = ["available", "grid_roots", "table_roots", "usable"]

@@ -147,6 +147,7 @@ def test_same_chains_for_a_batch_of_models():
 
 def test_auto_picks_numba_on_the_cpu_and_jax_without_numba(monkeypatch):
     assert swm.resolve_components("auto") == "numba"
+    assert swm.resolve_components("auto", grid=False) == "numba"
     assert swm.resolve_components("jax") == "jax"
     monkeypatch.setattr(_native, "numba", None)
     assert swm.resolve_components("auto") == "jax"
@@ -156,3 +157,13 @@ def test_auto_picks_numba_on_the_cpu_and_jax_without_numba(monkeypatch):
     m = IsingModel(jnp.zeros(3), jnp.ones((3, 3)) - jnp.eye(3), beta=0.5)
     s = SwendsenWangSampler().sample(m, jax.random.key(0), 5)
     assert s.spins.shape == (1, 5, 3)
+
+
+def test_auto_falls_back_when_registration_fails(monkeypatch):
+    def refuse(target):
+        raise RuntimeError("handler's API version is incompatible")
+
+    monkeypatch.setattr(_native, "_register", refuse)
+    _native._warn_once.cache_clear()
+    with pytest.warns(RuntimeWarning, match="could not be registered with XLA"):
+        assert swm.resolve_components("auto") == "jax"
