@@ -445,6 +445,17 @@ def _native_roots(plan, links):
     return _native.table_roots(links, plan.nbr)
 
 
+def edge_bond_roots(plan, bond):
+    """Component roots ``(..., n)`` (local indices) of per-edge bonds ``bond`` ``(..., E)`` in
+    the plan's edge order, by the compiled union-find: the bonds are laid out in the plan's
+    grid slots or neighbour-table slots first (a gather), as Swendsen–Wang's step does."""
+    if plan.E == 0:
+        return jnp.broadcast_to(jnp.arange(plan.n, dtype=jnp.int32), bond.shape[:-1] + (plan.n,))
+    pad = jnp.concatenate([bond, jnp.zeros(bond.shape[:-1] + (1,), bool)], axis=-1)
+    slots = plan.grid[2] if plan.grid is not None else plan.nbr_e
+    return _native_roots(plan, pad[..., slots])
+
+
 def resolve_components(components, grid=True):
     """The labelling that ``components`` stands for on a graph that is a grid (``grid``) or
     not: ``"auto"`` is ``"numba"`` where the compiled union-find can run (numba installed, JAX

@@ -12,9 +12,10 @@ for large clusters; use :class:`SwendsenWangSampler`, which handles fields exact
 
 Two ways to find the cluster, same distribution:
 
-* ``cluster="labels"`` (default): draw the FK bonds of every edge, label all clusters with
-  ``components_jax`` (the hooking rounds of :class:`SwendsenWangSampler`'s labelling, over the
-  model's edge list), flip the one holding the seed.
+* ``cluster="labels"`` (default): draw the FK bonds of every edge, label all clusters (with
+  :class:`SwendsenWangSampler`'s compiled union-find on the CPU, ``components="numba"``, or
+  ``components_jax``, the hooking rounds of its in-JAX labelling over the model's edge list),
+  flip the one holding the seed.
   The bonds outside the seed's cluster are never looked at, so the flipped cluster has exactly
   the Wolff distribution. Cost ``O(E)`` per flip in a few vectorized rounds.
 * ``cluster="stack"``: the textbook growth from a stack in a ``lax.while_loop``, one iteration
@@ -41,7 +42,20 @@ import numpy as np
 from .._validation import check_positive_int, is_concrete
 from ..models import SparseIsingModel
 from ._mcmc import MCMCSampler
-from ._swendsen_wang import components_jax, edge_list, fk_bonds, from_spin, spin_form, to_spin
+from ._swendsen_wang import (
+    _plan,
+    components_jax,
+    edge_bond_roots,
+    edge_list,
+    fk_bonds,
+    from_spin,
+    resolve_components,
+    spin_form,
+    to_spin,
+)
+
+#: Labellings of ``cluster="labels"`` (see :class:`SwendsenWangSampler`'s ``components``).
+COMPONENTS = ("auto", "numba", "jax")
 
 
 class WolffState(NamedTuple):
@@ -100,6 +114,9 @@ class WolffSampler(MCMCSampler):
       num_flips: cluster flips per step (the driver's "sweep"), >= 1.
       cluster: ``"labels"`` (default) or ``"stack"``: how the seed's cluster is found (module
         docstring); both give the same Markov chain in distribution.
+      components: how ``cluster="labels"`` labels the clusters, as Swendsen–Wang's
+        ``components``: ``"auto"`` (default: the compiled union-find ``"numba"`` on the CPU,
+        else ``"jax"``), ``"numba"`` or ``"jax"``; the same labels, hence the same chains.
 
     ``info`` (means over kept steps, per chain): ``cluster_size`` (mean ``|C|`` per flip) and
     ``sweep_fraction`` (variables flipped per step / active variables: sweep-equivalents per step).
@@ -116,12 +133,16 @@ class WolffSampler(MCMCSampler):
 
     num_flips: int = 1
     cluster: str = "labels"
+    components: str = "auto"
     default_burnin = 100
 
     def __post_init__(self):
         check_positive_int("num_flips", self.num_flips)
         if self.cluster not in ("labels", "stack"):
             raise ValueError(f"cluster must be 'labels' or 'stack'; got {self.cluster!r}")
+        if self.components not in COMPONENTS:
+            raise ValueError(f"components must be one of {', '.join(map(repr, COMPONENTS))}; "
+                             f"got {self.components!r}")
 
     def check_model(self, model):
         spin = spin_form(model)
@@ -157,9 +178,13 @@ class WolffSampler(MCMCSampler):
                 return grow_cluster(k, s, nbr, Jn, beta, seed)
         else:
             u, v, J = edge_list(spin)
+            plan = _plan(spin)
+            native = resolve_components(self.components, plan.grid is not None) == "numba"
 
             def find(k, s, seed):
-                root = components_jax(model.n, u, v, fk_bonds(k, s, u, v, J, beta))
+                bond = fk_bonds(k, s, u, v, J, beta)
+                root = edge_bond_roots(plan, bond) if native else components_jax(model.n, u, v,
+                                                                                  bond)
                 return root == root[seed]
 
         def flip(s, k):

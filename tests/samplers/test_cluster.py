@@ -143,6 +143,8 @@ def test_wolff_binary_and_masks():
         (lambda: SwendsenWangSampler(components="bfs"), "components must be one of"),
         (lambda: WolffSampler(num_flips=0), "num_flips must be an integer >= 1"),
         (lambda: WolffSampler(cluster="bfs"), "cluster must be 'labels' or 'stack'"),
+        (lambda: WolffSampler(components="scipy"),
+         r"components must be one of 'auto', 'numba', 'jax'; got 'scipy'"),
     ],
 )
 def test_bad_options(make, match):

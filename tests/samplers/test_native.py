@@ -1,8 +1,9 @@
-"""The compiled union-find (``isingattn.samplers._native``) that Swendsen–Wang uses on the CPU:
-its two kernels against scipy's connected components (grids of every small shape, periodic and
-open, neighbour tables of sparse and dense graphs, leading axes and ``jax.vmap``), the same
-chains as the in-JAX labelling, the error the XLA handler returns for a call frame it does not
-expect, and the choice of path behind ``components="auto"``. No statistical assertions."""
+"""The compiled union-find (``isingattn.samplers._native``) that Swendsen–Wang and Wolff use on
+the CPU: its two kernels against scipy's connected components (grids of every small shape,
+periodic and open, neighbour tables of sparse and dense graphs, leading axes and ``jax.vmap``),
+the same chains as the in-JAX labelling for both samplers, the error the XLA handler returns for
+a call frame it does not expect, and the choice of path behind ``components="auto"``. No
+statistical assertions."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from isingattn.models import IsingModel, SparseIsingModel, chain, square_lattice
-from isingattn.samplers import SwendsenWangSampler, _native
+from isingattn.samplers import SwendsenWangSampler, WolffSampler, _native
 from isingattn.samplers import _swendsen_wang as swm
 
 pytestmark = pytest.mark.skipif(not _native.available(),
@@ -133,6 +134,35 @@ def test_same_chains_as_the_jax_labelling(model):
     np.testing.assert_array_equal(np.asarray(a.spins), np.asarray(b.spins))
     for k in ("num_clusters", "mean_cluster_size", "largest_cluster"):
         np.testing.assert_array_equal(np.asarray(a.info[k]), np.asarray(b.info[k]))
+
+
+@pytest.mark.parametrize("model", [
+    square_lattice((6, 5), J=0.8, beta=0.6),                         # grid
+    SparseIsingModel(h=jnp.zeros(6),                                 # not a grid, a mask
+                     edges=[(0, 1), (1, 2), (0, 2), (2, 3), (3, 4), (1, 4), (4, 5)],
+                     J=jnp.array([0.9, -0.6, 0.5, 1.1, -0.8, 0.7, 0.6]), beta=0.9).replace(
+        mask=jnp.arange(6) != 3),
+    chain(7, J=0.8, beta=0.8).to_dense(),                            # dense
+])
+def test_wolff_same_chains_as_the_jax_labelling(model):
+    key = jax.random.key(7)
+    a = WolffSampler(num_flips=2, components="numba").sample(model, key, 30, num_chains=3)
+    b = WolffSampler(num_flips=2, components="jax").sample(model, key, 30, num_chains=3)
+    np.testing.assert_array_equal(np.asarray(a.spins), np.asarray(b.spins))
+    np.testing.assert_array_equal(np.asarray(a.info["cluster_size"]),
+                                  np.asarray(b.info["cluster_size"]))
+
+
+def test_edge_bond_roots_match_scipy():
+    # the helper Wolff uses: per-edge bonds laid out in grid or table slots
+    for model in (square_lattice((5, 4)), square_lattice((3, 4), periodic=False),
+                  chain(6).to_dense()):
+        plan = swm._plan(model)
+        u, v = plan.u, plan.v
+        bond = np.asarray(jax.random.bernoulli(jax.random.key(2), 0.5, (3, plan.E)))
+        roots = np.asarray(jax.jit(lambda b, plan=plan: swm.edge_bond_roots(plan, b))(bond))
+        for c in range(3):
+            np.testing.assert_array_equal(roots[c], _scipy_roots(model.n, u, v, bond[c]))
 
 
 def test_same_chains_for_a_batch_of_models():
