@@ -464,9 +464,13 @@ def resolve_components(components, grid=True):
     if components == "auto":
         return "numba" if _native.usable(_native.GRID_TARGET if grid
                                           else _native.TABLE_TARGET) else "jax"
-    if components == "numba" and _native.numba is None:
-        raise ImportError("components='numba' needs numba (pip install numba); "
-                          "components='jax' needs nothing more")
+    if components == "numba":
+        if _native.numba is None:
+            raise ImportError("components='numba' needs numba (pip install numba); "
+                              "components='jax' needs nothing more")
+        if jax.default_backend() != "cpu":
+            raise ValueError("components='numba' runs on the CPU only; JAX's default backend "
+                             f"is {jax.default_backend()!r}: use components='jax' (or 'auto')")
     return components
 
 

@@ -189,6 +189,14 @@ def test_auto_picks_numba_on_the_cpu_and_jax_without_numba(monkeypatch):
     assert s.spins.shape == (1, 5, 3)
 
 
+def test_numba_refused_off_the_cpu(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert swm.resolve_components("auto") == "jax"
+    with pytest.raises(ValueError, match="components='numba' runs on the CPU only; JAX's default "
+                                         "backend is 'gpu'"):
+        swm.resolve_components("numba")
+
+
 def test_auto_falls_back_when_registration_fails(monkeypatch):
     def refuse(target):
         raise RuntimeError("handler's API version is incompatible")
