@@ -9,7 +9,8 @@ couplings and chemical potential. Compile time is reported separately; times are
 Workloads (float32):
   A: B=8, T=S=128, N=4, H=32: softmax readout, transfer (banded r=8), mean_field (banded r=8),
      mean_field (full couplings), sampled(Gibbs, 16 draws, banded r=8)
-  B: B=8, T=S=512, N=4, H=32: transfer (r=8; learned, and the same J frozen), mean_field (r=8)
+  B: B=8, T=S=512, N=4, H=32: transfer (r=8; learned, and the same J frozen; the forward pass
+     in the compiled kernel, the default on the CPU, and in JAX), mean_field (r=8)
   C: B=8, T=S=16, N=4, H=32: exact enumeration (the only size it serves), transfer, mean_field
 
 Run::
@@ -28,7 +29,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from isingattn.attention import Couplings, MeanField, boltzmann_attention, sampled
+from isingattn.attention import Couplings, MeanField, Transfer, boltzmann_attention, sampled
 
 R = 8
 
@@ -145,6 +146,10 @@ def main(argv=None):
             (f"transfer, banded r={R}", "transfer", "marginal", band),
             (f"transfer, banded r={R}, fixed (frozen) couplings", "transfer", "marginal",
              frozen),
+            (f"transfer, banded r={R}, forward in JAX", Transfer(backend="jax"), "marginal",
+             band),
+            (f"transfer, banded r={R}, frozen, forward in JAX", Transfer(backend="jax"),
+             "marginal", frozen),
             (f"mean_field, banded r={R} (implicit diff)", MeanField(), "marginal", band),
         ], args.repeats)
     if "C" in todo:

@@ -143,10 +143,22 @@ class Transfer:
     couplings (``fixed``, ``random``) and a concrete ``beta`` it skips the couplings' part,
     about half the cost. With ``causal=True`` (passed by the layer for ``is_causal``) two queries share one chain. The
     arithmetic is in probability space: in float32 it is exact to about 1e-6 while
-    ``beta * sum_d |w(d)| <= 30`` per head and gives NaN beyond (float64: 240)."""
+    ``beta * sum_d |w(d)| <= 30`` per head and gives NaN beyond (float64: 240).
 
+    ``backend``: where the forward pass runs: ``"auto"`` (default: a compiled kernel on the CPU,
+    :mod:`isingattn.attention._native`, where numba is installed; else JAX), ``"numba"`` or
+    ``"jax"``. The same numbers to float precision; the gradient is JAX's in every case."""
+
+    backend: str = "auto"
     name = "transfer"
     stochastic = False
+
+    def __post_init__(self):
+        from ._banded import BACKENDS
+
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; "
+                             f"got {self.backend!r}")
 
     def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False,
                  log_partition=False):
@@ -165,7 +177,7 @@ class Transfer:
         from ._banded import transfer_inference
 
         return transfer_inference(h, mask, couplings, beta, r, causal=causal,
-                                  log_partition=log_partition)
+                                  log_partition=log_partition, backend=self.backend)
 
 
 # --------------------------------------------------------------------------------------------

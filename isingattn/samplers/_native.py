@@ -21,17 +21,14 @@ Both union by the smaller root with path halving, so a parent never has a larger
 child, and a final pass in index order writes every node's root. Leading axes are independent
 graphs (chains, or models under ``jax.vmap``), labelled one after another on the calling thread.
 
-The handler speaks the XLA FFI C API (``xla/ffi/api/c_api.h``, shipped with jaxlib) directly:
-it reads the call frame's argument and result buffers at their documented offsets, checks the
-struct sizes and ranks, and reports a mismatch through the API's own error (``XLA_FFI_Error``),
-so a future jaxlib with a different frame fails with a message instead of reading the wrong
-memory. Only the CPU platform is registered; :func:`available` tells whether this path can be
-used (numba installed, JAX on the CPU).
+The handlers speak the XLA FFI C API through :mod:`isingattn._ffi` (struct sizes, dtypes and
+ranks checked; a mismatch is the API's own error, not a wrong read). Only the CPU platform is
+registered; :func:`available` tells whether this path can be used (numba installed, JAX on the
+CPU).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 import warnings
@@ -40,13 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-try:  # numba is a dependency; without it the samplers fall back to the in-JAX labelling
-    import numba
-    from llvmlite import ir
+from .. import _ffi
+from .._ffi import numba
+
+if numba is not None:
     from numba import carray, types
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    numba = None
+
+    from .._ffi import buffer, error, frame_ok, lead, metadata, ptr, words
 
 GRID_TARGET = "isingattn_union_find_grid"
 TABLE_TARGET = "isingattn_union_find_table"
@@ -55,8 +52,7 @@ TABLE_TARGET = "isingattn_union_find_table"
 def available():
     """Whether the compiled union-find can be used: numba imports, this JAX has the typed FFI
     (``jax.ffi.ffi_call``) and runs on the CPU."""
-    return (numba is not None and hasattr(jax, "ffi") and hasattr(jax.ffi, "ffi_call")
-            and jax.default_backend() == "cpu")
+    return _ffi.available()
 
 
 # ----------------------------------------------------------------------------- union-find
@@ -150,117 +146,27 @@ if numba is not None:
             _flatten(p)
 
 
-# ----------------------------------------------------------------------------- XLA FFI glue
-# Offsets in 8-byte words, from xla/ffi/api/c_api.h (64-bit platforms):
-#   XLA_FFI_CallFrame: struct_size 0, extension_start 1, api 2, ctx 3, stage 4,
-#     args = XLA_FFI_Args {struct_size 5, extension_start 6, size 7, types 8, args 9},
-#     rets = XLA_FFI_Rets {struct_size 10, extension_start 11, size 12, types 13, rets 14}
-#   XLA_FFI_Buffer: struct_size 0, extension_start 1, dtype 2, data 3, rank 4, dims 5
-#   XLA_FFI_Api: ..., XLA_FFI_Error_Create at word 6
-#   XLA_FFI_Metadata_Extension: {struct_size 0, type 1, next 2}, metadata 3
-#   XLA_FFI_Metadata: struct_size 0, api_version {struct_size 1, extension_start 2, major and
-#     minor 3}, traits 4, state_type_id 5
-_FRAME_WORDS = 15  # the call frame's words read here (through rets.rets)
-_ARGS_SIZE = _RETS_SIZE = 40  # bytes of XLA_FFI_Args / XLA_FFI_Rets
-_BUFFER_SIZE = 48  # bytes of XLA_FFI_Buffer
-_METADATA_EXTENSION = 1  # XLA_FFI_Extension_Metadata
-_API_VERSION = (0, 1)  # the C API version whose layout this module reads
-_PRED, _S32 = 1, 4  # XLA_FFI_DataType
-_INVALID_ARGUMENT = 3  # XLA_FFI_Error_Code
-
-# XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}, filled once; the
-# handlers hold their address (the arrays live as long as this module).
-_MESSAGE = np.frombuffer(
-    b"isingattn union-find custom call: the XLA FFI call frame or its buffers do not have the "
-    b"layout this isingattn version reads (XLA FFI C API 0.x, 64-bit); use "
-    b"components='jax'\0", np.uint8)
-_ERROR_ARGS = np.array([28, 0, _MESSAGE.ctypes.data, _INVALID_ARGUMENT], np.int64)
-_ERROR_ARGS_ADDRESS = int(_ERROR_ARGS.ctypes.data)
-
-if numba is not None:
-
-    @intrinsic
-    def _ptr(typingctx, address):
-        """An int64 address as a void pointer."""
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
-        return types.voidptr(types.int64), codegen
-
-    @intrinsic
-    def _call(typingctx, function, argument):
-        """Call the C function ``void* f(void*)`` at address ``function`` with ``argument``."""
-        def codegen(context, builder, signature, args):
-            vp = context.get_value_type(types.voidptr)
-            f = builder.inttoptr(args[0], ir.FunctionType(vp, [vp]).as_pointer())
-            return builder.call(f, [builder.inttoptr(args[1], vp)])
-        return types.voidptr(types.int64, types.int64), codegen
-
-    @numba.njit(inline="always")
-    def _words(address, n):
-        return carray(_ptr(address), (n,), dtype=np.int64)
-
-    @numba.njit(inline="always")
-    def _error(frame):
-        return _call(_words(frame[2], 7)[6], _ERROR_ARGS_ADDRESS)
-
-    @numba.njit(inline="always")
-    def _metadata(frame):
-        """Answer XLA's metadata query (API version, no traits); True if this was one."""
-        if frame[1] == 0:
-            return False
-        ext = _words(frame[1], 4)
-        if (ext[1] & 0xFFFFFFFF) != _METADATA_EXTENSION:
-            return False
-        md = _words(ext[3], 5)
-        md[1] = 24  # XLA_FFI_Api_Version: struct_size, no extensions, major | minor << 32
-        md[2] = 0
-        md[3] = _API_VERSION[0] | (_API_VERSION[1] << 32)
-        md[4] = 0  # traits (uint32; the rest of the word is padding)
-        if md[0] >= 48:
-            _words(ext[3], 6)[5] = 0  # state_type_id: XLA_FFI_UNKNOWN_TYPE_ID
-        return True
-
-    @numba.njit(inline="always")
-    def _frame_ok(frame, nargs):
-        return (frame[0] >= 8 * _FRAME_WORDS and frame[5] >= _ARGS_SIZE and frame[7] == nargs
-                and frame[10] >= _RETS_SIZE and frame[12] == 1)
-
-    @numba.njit(inline="always")
-    def _buffer(address, dtype, min_rank):
-        """``(data, rank, dims)`` of an XLA_FFI_Buffer, or rank -1 if it is not as expected."""
-        b = _words(address, 6)
-        if b[0] < _BUFFER_SIZE or (b[2] & 0xFFFFFFFF) != dtype or b[4] < min_rank:
-            return b[3], -1, b[5]
-        return b[3], b[4], b[5]
-
-    @numba.njit(inline="always")
-    def _lead(dims, rank, trailing):
-        m = 1
-        for k in range(rank - trailing):
-            m *= dims[k]
-        return m
-
-
+# ----------------------------------------------------------------------------- XLA handlers
 def _compile_grid_handler():
     @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
     def _grid_handler(frame_ptr):
-        frame = carray(frame_ptr, (_FRAME_WORDS,), dtype=np.int64)
-        if _metadata(frame):
-            return _ptr(0)
-        if not _frame_ok(frame, 1):
-            return _error(frame)
-        data, rank, dims_at = _buffer(_words(frame[9], 1)[0], _PRED, 3)
-        out, out_rank, out_dims_at = _buffer(_words(frame[14], 1)[0], _S32, 1)
+        frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
+        if metadata(frame):
+            return ptr(0)
+        if not frame_ok(frame, 1):
+            return error(frame)
+        data, rank, dims_at = buffer(words(frame[9], 1)[0], _ffi.PRED, 3)
+        out, out_rank, out_dims_at = buffer(words(frame[14], 1)[0], _ffi.S32, 1)
         if rank < 0 or out_rank < 0:
-            return _error(frame)
-        dims = _words(dims_at, rank)
-        M = _lead(dims, rank, 3)
+            return error(frame)
+        dims = words(dims_at, rank)
+        M = lead(dims, rank, 3)
         Lx, Ly = dims[rank - 2], dims[rank - 1]
-        if dims[rank - 3] != 2 or _words(out_dims_at, out_rank)[out_rank - 1] != Lx * Ly:
-            return _error(frame)
-        label_grid(carray(_ptr(data), (M, 2, Lx, Ly), dtype=np.bool_),
-                   carray(_ptr(out), (M, Lx * Ly), dtype=np.int32))
-        return _ptr(0)
+        if dims[rank - 3] != 2 or words(out_dims_at, out_rank)[out_rank - 1] != Lx * Ly:
+            return error(frame)
+        label_grid(carray(ptr(data), (M, 2, Lx, Ly), dtype=np.bool_),
+                   carray(ptr(out), (M, Lx * Ly), dtype=np.int32))
+        return ptr(0)
 
     return _grid_handler
 
@@ -268,27 +174,27 @@ def _compile_grid_handler():
 def _compile_table_handler():
     @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
     def _table_handler(frame_ptr):
-        frame = carray(frame_ptr, (_FRAME_WORDS,), dtype=np.int64)
-        if _metadata(frame):
-            return _ptr(0)
-        if not _frame_ok(frame, 2):
-            return _error(frame)
-        args = _words(frame[9], 2)
-        data, rank, dims_at = _buffer(args[0], _PRED, 2)
-        nbr, nbr_rank, nbr_dims_at = _buffer(args[1], _S32, 2)
-        out, out_rank, _ = _buffer(_words(frame[14], 1)[0], _S32, 1)
+        frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
+        if metadata(frame):
+            return ptr(0)
+        if not frame_ok(frame, 2):
+            return error(frame)
+        args = words(frame[9], 2)
+        data, rank, dims_at = buffer(args[0], _ffi.PRED, 2)
+        nbr, nbr_rank, nbr_dims_at = buffer(args[1], _ffi.S32, 2)
+        out, out_rank, _ = buffer(words(frame[14], 1)[0], _ffi.S32, 1)
         if rank < 0 or nbr_rank < 0 or out_rank < 0:
-            return _error(frame)
-        dims = _words(dims_at, rank)
-        nd = _words(nbr_dims_at, nbr_rank)
+            return error(frame)
+        dims = words(dims_at, rank)
+        nd = words(nbr_dims_at, nbr_rank)
         n, d = dims[rank - 2], dims[rank - 1]
-        if _lead(nd, nbr_rank, 2) != 1 or nd[nbr_rank - 2] != n or nd[nbr_rank - 1] != d:
-            return _error(frame)
-        M = _lead(dims, rank, 2)
-        label_table(carray(_ptr(data), (M, n, d), dtype=np.bool_),
-                    carray(_ptr(nbr), (n, d), dtype=np.int32),
-                    carray(_ptr(out), (M, n), dtype=np.int32))
-        return _ptr(0)
+        if lead(nd, nbr_rank, 2) != 1 or nd[nbr_rank - 2] != n or nd[nbr_rank - 1] != d:
+            return error(frame)
+        M = lead(dims, rank, 2)
+        label_table(carray(ptr(data), (M, n, d), dtype=np.bool_),
+                    carray(ptr(nbr), (n, d), dtype=np.int32),
+                    carray(ptr(out), (M, n), dtype=np.int32))
+        return ptr(0)
 
     return _table_handler
 
@@ -296,17 +202,9 @@ def _compile_table_handler():
 _HANDLERS = {GRID_TARGET: _compile_grid_handler, TABLE_TARGET: _compile_table_handler}
 
 
-@functools.cache
 def _register(target):
-    """Compile the handler of ``target`` and register it with XLA, once per process (numba
-    compiles a ``cfunc`` where it is defined, hence here, on first use, not at import)."""
-    if numba is None:
-        raise RuntimeError("the compiled union-find needs numba (pip install numba)")
-    capsule = ctypes.pythonapi.PyCapsule_New
-    capsule.restype = ctypes.py_object
-    capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-    handler = _HANDLERS[target]()
-    jax.ffi.register_ffi_target(target, capsule(handler.address, None, None), platform="cpu")
+    """Compile the handler of ``target`` and register it with XLA, once per process."""
+    return _ffi.register(target, _HANDLERS[target])
 
 
 def usable(target):

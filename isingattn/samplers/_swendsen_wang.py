@@ -67,6 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _ffi
 from ..models import SparseIsingModel, Vartype
 from . import _native
 from ._mcmc import MCMCSampler, bits_to_uniform, xoshiro_mix, xoshiro_next, xoshiro_seed
@@ -465,7 +466,7 @@ def resolve_components(components, grid=True):
         return "numba" if _native.usable(_native.GRID_TARGET if grid
                                           else _native.TABLE_TARGET) else "jax"
     if components == "numba":
-        if _native.numba is None:
+        if _ffi.numba is None:
             raise ImportError("components='numba' needs numba (pip install numba); "
                               "components='jax' needs nothing more")
         if jax.default_backend() != "cpu":

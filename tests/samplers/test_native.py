@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse
 import scipy.sparse.csgraph
 
+from isingattn import _ffi
 from isingattn.models import IsingModel, SparseIsingModel, chain, square_lattice
 from isingattn.samplers import SwendsenWangSampler, WolffSampler, _native
 from isingattn.samplers import _swendsen_wang as swm
@@ -179,7 +180,7 @@ def test_auto_picks_numba_on_the_cpu_and_jax_without_numba(monkeypatch):
     assert swm.resolve_components("auto") == "numba"
     assert swm.resolve_components("auto", grid=False) == "numba"
     assert swm.resolve_components("jax") == "jax"
-    monkeypatch.setattr(_native, "numba", None)
+    monkeypatch.setattr(_ffi, "numba", None)
     assert swm.resolve_components("auto") == "jax"
     with pytest.raises(ImportError, match="components='numba' needs numba"):
         swm.resolve_components("numba")

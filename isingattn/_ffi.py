@@ -1,0 +1,148 @@
+"""Glue for handing numba-compiled kernels to XLA as typed FFI custom calls (CPU).
+
+A numba ``cfunc`` with the signature ``void* handler(void* call_frame)`` is an XLA FFI handler
+(``xla/ffi/api/c_api.h``, shipped with jaxlib): it reads its argument and result buffers from
+the call frame at the C API's documented offsets, answers XLA's metadata query (the API version
+whose layout it reads), and reports anything it does not expect through the API's own error
+(``XLA_FFI_Error_Create``), so a jaxlib with a different frame fails with a message instead of
+reading the wrong memory. :func:`register` registers such a handler once per process;
+``jax.ffi.ffi_call`` then calls it from inside a jitted program with no Python and no copies.
+Used by :mod:`isingattn.samplers._native` (union-find) and :mod:`isingattn.attention._native`
+(transfer-matrix marginals).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import jax
+import numpy as np
+
+try:  # numba is a dependency; without it callers fall back to their JAX paths
+    import numba
+    from llvmlite import ir
+    from numba import carray, types
+    from numba.extending import intrinsic
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    numba = None
+
+
+def available():
+    """Whether compiled kernels can be used: numba imports, this JAX has the typed FFI
+    (``jax.ffi.ffi_call``) and runs on the CPU."""
+    return (numba is not None and hasattr(jax, "ffi") and hasattr(jax.ffi, "ffi_call")
+            and jax.default_backend() == "cpu")
+
+
+# Offsets in 8-byte words, from xla/ffi/api/c_api.h (64-bit platforms):
+#   XLA_FFI_CallFrame: struct_size 0, extension_start 1, api 2, ctx 3, stage 4,
+#     args = XLA_FFI_Args {struct_size 5, extension_start 6, size 7, types 8, args 9},
+#     rets = XLA_FFI_Rets {struct_size 10, extension_start 11, size 12, types 13, rets 14}
+#   XLA_FFI_Buffer: struct_size 0, extension_start 1, dtype 2, data 3, rank 4, dims 5
+#   XLA_FFI_Api: ..., XLA_FFI_Error_Create at word 6
+#   XLA_FFI_Metadata_Extension: {struct_size 0, type 1, next 2}, metadata 3
+#   XLA_FFI_Metadata: struct_size 0, api_version {struct_size 1, extension_start 2, major and
+#     minor 3}, traits 4, state_type_id 5
+FRAME_WORDS = 15  # the call frame's words read here (through rets.rets)
+_ARGS_SIZE = _RETS_SIZE = 40  # bytes of XLA_FFI_Args / XLA_FFI_Rets
+_BUFFER_SIZE = 48  # bytes of XLA_FFI_Buffer
+_METADATA_EXTENSION = 1  # XLA_FFI_Extension_Metadata
+_API_VERSION = (0, 1)  # the C API version whose layout this module reads
+PRED, S32, F32, F64 = 1, 4, 11, 12  # XLA_FFI_DataType
+_INVALID_ARGUMENT = 3  # XLA_FFI_Error_Code
+
+# XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}, filled once; the
+# handlers hold their address (the arrays live as long as this module).
+_MESSAGE = np.frombuffer(
+    b"isingattn custom call: the XLA FFI call frame or its buffers do not have the layout this "
+    b"isingattn version reads (XLA FFI C API 0.x, 64-bit); use the JAX path of the caller "
+    b"(components='jax', or backend='jax')\0", np.uint8)
+_ERROR_ARGS = np.array([28, 0, _MESSAGE.ctypes.data, _INVALID_ARGUMENT], np.int64)
+_ERROR_ARGS_ADDRESS = int(_ERROR_ARGS.ctypes.data)
+
+if numba is not None:
+
+    @intrinsic
+    def ptr(typingctx, address):
+        """An int64 address as a void pointer."""
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+        return types.voidptr(types.int64), codegen
+
+    @intrinsic
+    def _call(typingctx, function, argument):
+        """Call the C function ``void* f(void*)`` at address ``function`` with ``argument``."""
+        def codegen(context, builder, signature, args):
+            vp = context.get_value_type(types.voidptr)
+            f = builder.inttoptr(args[0], ir.FunctionType(vp, [vp]).as_pointer())
+            return builder.call(f, [builder.inttoptr(args[1], vp)])
+        return types.voidptr(types.int64, types.int64), codegen
+
+    @numba.njit(inline="always")
+    def words(address, n):
+        return carray(ptr(address), (n,), dtype=np.int64)
+
+    @numba.njit(inline="always")
+    def error(frame):
+        return _call(words(frame[2], 7)[6], _ERROR_ARGS_ADDRESS)
+
+    @numba.njit(inline="always")
+    def metadata(frame):
+        """Answer XLA's metadata query (API version, no traits); True if this was one."""
+        if frame[1] == 0:
+            return False
+        ext = words(frame[1], 4)
+        if (ext[1] & 0xFFFFFFFF) != _METADATA_EXTENSION:
+            return False
+        md = words(ext[3], 5)
+        md[1] = 24  # XLA_FFI_Api_Version: struct_size, no extensions, major | minor << 32
+        md[2] = 0
+        md[3] = _API_VERSION[0] | (_API_VERSION[1] << 32)
+        md[4] = 0  # traits (uint32; the rest of the word is padding)
+        if md[0] >= 48:
+            words(ext[3], 6)[5] = 0  # state_type_id: XLA_FFI_UNKNOWN_TYPE_ID
+        return True
+
+    @numba.njit(inline="always")
+    def frame_ok(frame, nargs):
+        return (frame[0] >= 8 * FRAME_WORDS and frame[5] >= _ARGS_SIZE and frame[7] == nargs
+                and frame[10] >= _RETS_SIZE and frame[12] == 1)
+
+    @numba.njit(inline="always")
+    def buffer(address, dtype, min_rank):
+        """``(data, rank, dims)`` of an XLA_FFI_Buffer, or rank -1 if it is not as expected."""
+        b = words(address, 6)
+        if b[0] < _BUFFER_SIZE or (b[2] & 0xFFFFFFFF) != dtype or b[4] < min_rank:
+            return b[3], -1, b[5]
+        return b[3], b[4], b[5]
+
+    @numba.njit(inline="always")
+    def dtype_of(address):
+        """The XLA_FFI_DataType of an XLA_FFI_Buffer."""
+        return words(address, 6)[2] & 0xFFFFFFFF
+
+    @numba.njit(inline="always")
+    def lead(dims, rank, trailing):
+        m = 1
+        for k in range(rank - trailing):
+            m *= dims[k]
+        return m
+
+
+@functools.cache
+def register(target, compile_handler):
+    """Compile a handler and register it with XLA under ``target``, once per process.
+
+    ``compile_handler()`` returns the numba ``cfunc``, or a tuple of it and the other functions
+    it calls by address (kept alive here). Numba compiles a ``cfunc`` where it is defined, hence
+    in ``compile_handler``, on first use, not at import."""
+    if numba is None:
+        raise RuntimeError(f"the compiled kernel {target!r} needs numba (pip install numba)")
+    capsule = ctypes.pythonapi.PyCapsule_New
+    capsule.restype = ctypes.py_object
+    capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    made = compile_handler()  # the handler, or a tuple of it and what it calls by address
+    handler = made[0] if isinstance(made, tuple) else made
+    jax.ffi.register_ffi_target(target, capsule(handler.address, None, None), platform="cpu")
+    return made  # kept alive by the cache

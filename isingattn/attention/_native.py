@@ -1,0 +1,348 @@
+"""Marginals of banded chains on the CPU in compiled code, called from inside XLA programs.
+
+The forward pass of the ``transfer`` method (:func:`~isingattn.attention._banded.
+banded_chain_marginals`) as one numba kernel, handed to XLA as a typed FFI custom call
+(:mod:`isingattn._ffi`). Same algorithm and numbers as the JAX kernel
+(:func:`~isingattn.attention._banded._marginals_tile`): messages over the ``2^r`` windows, the
+factors scaled to bounded steps, renormalized once per block of ``min(8, r)`` keys (every key
+when the couplings' range is beyond the fast limit), forward messages kept at block ends and the
+block's marginals read from them and the backward message at the block end.
+
+Why it is faster on the CPU: a unit of work is one head and :data:`LANES` queries, whose
+messages (``2^r x LANES`` numbers) stay in the core's cache for the whole chain, where XLA
+streams every step's messages through memory and runs one small kernel per step; and the units
+are shared out among threads of the kernel's own (``pthread_create`` from the handler, joined
+before it returns), where XLA's CPU runtime runs a recursion on one thread and the two lanes of
+:mod:`._banded` kept both cores busy only part of the time. Forward pass of ``bench_attention.py``'s
+T = 512 workload (2048 chains of 521 keys per head, 4 heads, r = 8): see ``docs/guide/
+attention.md``.
+
+Only the forward pass is here; the gradient stays the JAX one (its ``custom_vjp`` needs only the
+fields and couplings). :func:`available` tells whether this path can be used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _ffi
+from .._ffi import numba
+
+TARGET = "isingattn_transfer_marginals"
+#: Queries of one head processed together: the last (contiguous) axis of every message. Shorter
+#: rows measured slower per number (16 queries: 0.31 ns per number and step, 32: 0.11, 64: 0.09).
+LANES = 64
+#: Threads of one call at most (the calling thread included).
+MAX_THREADS = max(1, min(os.cpu_count() or 1, 8))
+#: Below this many state updates (queries x heads x keys x 2^r) a call runs on one thread.
+THREADED_WORK = 1 << 24
+
+if numba is not None:
+    from numba import carray, types
+
+    from .._ffi import buffer, dtype_of, error, frame_ok, lead, metadata, ptr, words
+
+    _OPT = {"nogil": True, "boundscheck": False, "fastmath": True, "error_model": "numpy",
+            "cache": True}
+
+    @numba.njit(**_OPT)
+    def _forward_step(alpha, nxt, C, f0, f1):
+        # window after key k - 1 -> after key k: pair sums over the oldest key (bit 0), the new
+        # key's two values in the two halves
+        H = alpha.shape[0] // 2
+        L = alpha.shape[1]
+        for j in range(H):
+            c0 = C[2 * j]
+            c1 = C[2 * j + 1]
+            a0 = alpha[2 * j]
+            a1 = alpha[2 * j + 1]
+            n0 = nxt[j]
+            n1 = nxt[H + j]
+            for q in range(L):
+                x0 = a0[q]
+                x1 = a1[q]
+                n0[q] = (x0 + x1) * f0[q]
+                n1[q] = (c0 * x0 + c1 * x1) * f1[q]
+
+    @numba.njit(**_OPT)
+    def _backward_step(beta, nxt, C_lo, C_hi, f0, f1):
+        # beta_{k-1}(w) = f0 beta_k(w >> 1) + f1 C(w) beta_k((w >> 1) | newest), on messages
+        # whose state index is bit-reversed (bit 0 = the newest key), as in _banded: the key
+        # summed out is then the lowest bit (adjacent rows) and the key coming in the highest
+        # (the two halves), the memory pattern of the forward step (in the standard order the
+        # step took four times as long as a forward step)
+        H = beta.shape[0] // 2
+        L = beta.shape[1]
+        for j in range(H):
+            b0 = beta[2 * j]
+            b1 = beta[2 * j + 1]
+            n0 = nxt[j]
+            n1 = nxt[H + j]
+            c0 = C_lo[j]
+            c1 = C_hi[j]
+            for q in range(L):
+                t0 = f0[q] * b0[q]
+                t1 = f1[q] * b1[q]
+                n0[q] = t0 + c0 * t1
+                n1[q] = t0 + c1 * t1
+
+    @numba.njit(**_OPT)
+    def _normalize(x, tmp):
+        L = x.shape[1]
+        tmp[:] = 0
+        for w in range(x.shape[0]):
+            xw = x[w]
+            for q in range(L):
+                tmp[q] += xw[q]
+        for q in range(L):
+            tmp[q] = 1 / tmp[q]
+        for w in range(x.shape[0]):
+            xw = x[w]
+            for q in range(L):
+                xw[q] *= tmp[q]
+
+    @numba.njit(**_OPT)
+    def _readout(end, beta, rev, acc, tmp, r, K):
+        # acc[i] = sum over windows with key i of the block set, acc[K] = sum over all windows
+        # (key i of the block is bit r - K + i of the window after the block's last key;
+        # rev: the bit reversal of the state index)
+        L = end.shape[1]
+        acc[:, :] = 0
+        for w in range(end.shape[0]):
+            ew = end[w]
+            bw = beta[rev[w]]  # beta is kept bit-reversed
+            for q in range(L):
+                tmp[q] = ew[q] * bw[q]
+            z = acc[K]
+            for q in range(L):
+                z[q] += tmp[q]
+            for i in range(K):
+                if (w >> (r - K + i)) & 1:
+                    ai = acc[i]
+                    for q in range(L):
+                        ai[q] += tmp[q]
+
+    @numba.njit(**_OPT)
+    def marginals_units(a, c, out, fast_limit, u0, u1):
+        """Marginals ``out`` ``(Q, N, S)`` of the chains with fields ``a`` ``(Q, N, S)``
+        (``-inf`` = held at 0) and couplings ``c`` ``(N, r)``, for the units ``u0 .. u1 - 1``
+        (unit ``u``: head ``u // G``, queries ``(u % G) * LANES`` onwards, ``G`` groups of
+        :data:`LANES` queries per head)."""
+        Q, S = a.shape[0], a.shape[2]
+        r = c.shape[1]
+        R = 1 << r
+        K = min(8, r)
+        nb = (S + K - 1) // K
+        L = LANES
+        G = (Q + L - 1) // L
+        dt = a.dtype
+        ends = np.empty((nb, R, L), dt)
+        buf = np.empty((2, R, L), dt)
+        F0 = np.empty((nb * K, L), dt)
+        F1 = np.empty((nb * K, L), dt)
+        C = np.empty(R, dt)
+        C_lo = np.empty(R // 2, dt)
+        C_hi = np.empty(R // 2, dt)
+        rev = np.empty(R, np.int64)
+        for w in range(R):
+            x = 0
+            for i in range(r):
+                x |= ((w >> i) & 1) << (r - 1 - i)
+            rev[w] = x
+        acc = np.empty((K + 1, L), dt)
+        tmp = np.empty(L, dt)
+        head = -1
+        cmax = 0.0
+        ecm = 1.0
+        every = K
+        for u in range(u0, u1):
+            n = u // G
+            q0 = (u % G) * L
+            nq = min(L, Q - q0)
+            if n != head:  # the head's coupling table and scale (as _banded._factors)
+                head = n
+                cmax = 0.0
+                cmin = 0.0
+                for d in range(r):
+                    cmax += max(c[n, d], 0.0)
+                    cmin += min(c[n, d], 0.0)
+                for w in range(R):
+                    t = 0.0
+                    for d in range(r):
+                        t += c[n, d] * ((w >> (r - 1 - d)) & 1)
+                    C[w] = math.exp(t - cmax)
+                for w in range(R // 2):  # the halves of the bit-reversed table
+                    C_lo[w] = C[rev[w]]
+                    C_hi[w] = C[rev[w + R // 2]]
+                every = K if cmax - cmin <= fast_limit else 1
+                ecm = math.exp(cmin - cmax)
+            for k in range(nb * K):  # per-step factors, scaled to bounded steps
+                for q in range(L):
+                    ap = a[q0 + q, n, k] + cmax if (k < S and q < nq) else -np.inf
+                    up = max(ap, 0.0)
+                    f1 = math.exp(min(ap, 0.0))
+                    f0 = math.exp(-up)
+                    g = math.sqrt((f0 + f1 * ecm) * (f0 + f1))
+                    F0[k, q] = f0 / g
+                    F1[k, q] = f1 / g
+            cur = 0
+            buf[0, :, :] = 0
+            buf[0, 0, :] = 1  # before the first key: every window entry 0
+            for b in range(nb):
+                for i in range(K):
+                    k = b * K + i
+                    _forward_step(buf[cur], buf[1 - cur], C, F0[k], F1[k])
+                    cur = 1 - cur
+                    if every == 1 and i < K - 1:
+                        _normalize(buf[cur], tmp)
+                _normalize(buf[cur], tmp)
+                ends[b] = buf[cur]
+            buf[cur, :, :] = 1
+            for b in range(nb - 1, -1, -1):
+                _readout(ends[b], buf[cur], rev, acc, tmp, r, K)
+                for i in range(K):
+                    k = b * K + i
+                    if k < S:
+                        for q in range(nq):
+                            out[q0 + q, n, k] = acc[i, q] / acc[K, q]
+                for i in range(K - 1, -1, -1):
+                    k = b * K + i
+                    _backward_step(buf[cur], buf[1 - cur], C_lo, C_hi, F0[k], F1[k])
+                    cur = 1 - cur
+                    if every == 1 and i > 0:
+                        _normalize(buf[cur], tmp)
+                _normalize(buf[cur], tmp)
+
+    @numba.njit(nogil=True)
+    def _run(job):
+        """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, out, limit, u0, u1]."""
+        Q, N, S, r = job[1], job[2], job[3], job[4]
+        if job[0] == _ffi.F32:
+            limit = carray(ptr(job[8]), (1,), dtype=np.float32)[0]
+            marginals_units(carray(ptr(job[5]), (Q, N, S), dtype=np.float32),
+                            carray(ptr(job[6]), (N, r), dtype=np.float32),
+                            carray(ptr(job[7]), (Q, N, S), dtype=np.float32),
+                            limit, job[9], job[10])
+        else:
+            limit = carray(ptr(job[8]), (1,), dtype=np.float64)[0]
+            marginals_units(carray(ptr(job[5]), (Q, N, S), dtype=np.float64),
+                            carray(ptr(job[6]), (N, r), dtype=np.float64),
+                            carray(ptr(job[7]), (Q, N, S), dtype=np.float64),
+                            limit, job[9], job[10])
+
+
+def _pthreads():
+    libc = ctypes.CDLL(None)
+    create, join = libc.pthread_create, libc.pthread_join
+    create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    create.restype = ctypes.c_int
+    join.argtypes = [ctypes.c_uint64, ctypes.c_void_p]
+    join.restype = ctypes.c_int
+    return create, join
+
+
+def _compile_handler():
+    pthread_create, pthread_join = _pthreads()
+
+    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
+    def _worker(job):
+        _run(carray(job, (11,), dtype=np.int64))
+        return ptr(0)
+
+    worker = _worker.address
+
+    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
+    def _handler(frame_ptr):
+        frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
+        if metadata(frame):
+            return ptr(0)
+        if not frame_ok(frame, 3):
+            return error(frame)
+        args = words(frame[9], 3)
+        dt = dtype_of(args[0])
+        if dt != _ffi.F32 and dt != _ffi.F64:
+            return error(frame)
+        a, rank, a_dims = buffer(args[0], dt, 2)
+        c, c_rank, c_dims = buffer(args[1], dt, 2)
+        limit, _, _ = buffer(args[2], dt, 0)
+        out, out_rank, _ = buffer(words(frame[14], 1)[0], dt, 2)
+        if rank < 0 or c_rank != 2 or out_rank != rank:
+            return error(frame)
+        dims = words(a_dims, rank)
+        cd = words(c_dims, 2)
+        N, S = dims[rank - 2], dims[rank - 1]
+        if cd[0] != N:
+            return error(frame)
+        Q = lead(dims, rank, 2)
+        units = N * ((Q + LANES - 1) // LANES)
+        T = min(MAX_THREADS, units)
+        if Q * N * S << cd[1] < THREADED_WORK:
+            T = 1
+        jobs = np.empty((max(T, 1), 11), np.int64)
+        for t in range(T):
+            jobs[t, 0] = dt
+            jobs[t, 1] = Q
+            jobs[t, 2] = N
+            jobs[t, 3] = S
+            jobs[t, 4] = cd[1]
+            jobs[t, 5] = a
+            jobs[t, 6] = c
+            jobs[t, 7] = out
+            jobs[t, 8] = limit
+            jobs[t, 9] = units * t // T
+            jobs[t, 10] = units * (t + 1) // T
+        tids = np.zeros(max(T, 1), np.uint64)
+        started = np.zeros(max(T, 1), np.int64)
+        for t in range(1, T):  # the calling thread takes share 0
+            rc = pthread_create(ptr(tids.ctypes.data + 8 * t), ptr(0), ptr(worker),
+                                ptr(jobs.ctypes.data + 88 * t))
+            started[t] = rc == 0
+        if T > 0:
+            _run(jobs[0])
+        for t in range(1, T):
+            if started[t]:
+                pthread_join(tids[t], ptr(0))
+            else:  # no thread: do its share here
+                _run(jobs[t])
+        return ptr(0)
+
+    return _handler, _worker  # the worker's address is baked into the handler: keep it alive
+
+
+def _register():
+    return _ffi.register(TARGET, _compile_handler)
+
+
+def available():
+    """Whether the compiled marginals can be used: numba imports, this JAX has the typed FFI
+    and runs on the CPU."""
+    return _ffi.available()
+
+
+def transfer_marginals(a, c, fast_limit):
+    """Marginals of banded chains: ``a`` ``(..., N, S)`` natural fields (``-inf`` = held),
+    ``c`` ``(N, r)`` natural couplings, both float32 or both float64; ``fast_limit`` the
+    couplings' range up to which one renormalization per block suffices (beyond it, every key).
+    Returns ``(..., N, S)``: the same numbers as the JAX kernel to float precision."""
+    _register()
+    a = jnp.asarray(a)
+    c = jnp.asarray(c, a.dtype)
+    if a.ndim < 2 or c.ndim != 2 or c.shape[0] != a.shape[-2]:
+        raise ValueError(f"a must be (..., N, S) and c (N, r) with the same N; got a {a.shape}, "
+                         f"c {c.shape}")
+    if a.dtype not in (jnp.float32, jnp.float64):
+        raise ValueError(f"a must be float32 or float64; got {a.dtype}")
+    if math.prod(a.shape) == 0:
+        return jnp.zeros_like(a)
+    limit = jnp.full((1,), fast_limit, a.dtype)
+    return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(a.shape, a.dtype),
+                            vmap_method="sequential")(a, c, limit)
+
+
+__all__ = ["available", "transfer_marginals"]

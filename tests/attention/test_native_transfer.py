@@ -1,0 +1,114 @@
+"""The compiled forward pass of ``method='transfer'`` (``isingattn.attention._native``) against
+the JAX kernel it replaces on the CPU: marginals to float precision for every range ``r`` that
+changes the block layout, held keys, both dtypes, couplings in the per-key renormalized range
+and beyond it (NaN in both), the threaded path, ``jax.vmap``, the gradient (JAX's in both), and
+its errors. ``tests/attention/test_banded.py`` compares the default path (this one on the CPU)
+with exact enumeration. No statistical assertions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from isingattn.attention import _native
+from isingattn.attention._banded import _coupling_limits, banded_chain_marginals
+
+pytestmark = pytest.mark.skipif(not _native.available(),
+                                reason="numba not installed or JAX not on the CPU")
+
+
+def _chains(Q, N, S, r, seed, dtype=jnp.float32, field_scale=2.0, coupling_scale=0.5):
+    k = jax.random.split(jax.random.key(seed), 3)
+    a = field_scale * jax.random.normal(k[0], (Q, N, S), dtype)
+    a = jnp.where(jax.random.bernoulli(k[2], 0.85, a.shape), a, -jnp.inf)  # held keys
+    c = coupling_scale * jax.random.normal(k[1], (N, r), dtype)
+    return a, c
+
+
+def _both(a, c, **kw):
+    f = jax.jit(lambda a, c, b: banded_chain_marginals(a, c, backend=b, **kw),
+                static_argnums=2)
+    return np.asarray(f(a, c, "numba")), np.asarray(f(a, c, "jax"))
+
+
+@pytest.mark.parametrize("Q,N,S,r", [(37, 3, 21, 4), (70, 2, 30, 8), (20, 2, 13, 3),
+                                     (16, 1, 9, 10), (65, 2, 40, 1), (3, 4, 8, 8)])
+def test_marginals_match_the_jax_kernel(Q, N, S, r):
+    a, c = _chains(Q, N, S, r, seed=Q + S + r)
+    m, ref = _both(a, c)
+    np.testing.assert_allclose(m, ref, atol=2e-6)
+    assert np.all(m[np.isneginf(np.asarray(a))] == 0)  # held keys are 0
+
+
+def test_float64():
+    with jax.enable_x64(True):
+        a, c = _chains(30, 2, 25, 6, seed=1, dtype=jnp.float64)
+        m, ref = _both(a, c)
+        assert m.dtype == np.float64
+        np.testing.assert_allclose(m, ref, atol=1e-12)
+
+
+def test_strong_couplings_renormalize_every_key_and_beyond_the_range_are_nan():
+    fast, safe = _coupling_limits(jnp.float32)
+    a, c = _chains(20, 2, 30, 8, seed=2)
+    # range between the fast and the safe limit: per-key renormalization in both paths
+    c_strong = c / jnp.sum(jnp.abs(c), axis=1, keepdims=True) * (fast + safe) / 2
+    m, ref = _both(a, c_strong)
+    np.testing.assert_allclose(m, ref, atol=5e-6)
+    c_beyond = c / jnp.sum(jnp.abs(c), axis=1, keepdims=True) * (safe + 1)
+    m, ref = _both(a, c_beyond)
+    assert np.all(np.isnan(m)) and np.all(np.isnan(ref))
+
+
+def test_threaded_call_matches():
+    # above THREADED_WORK state updates the units are shared among threads
+    Q, N, S, r = 512, 2, 64, 8
+    assert Q * N * S << r >= _native.THREADED_WORK
+    a, c = _chains(Q, N, S, r, seed=3)
+    m, ref = _both(a, c)
+    np.testing.assert_allclose(m, ref, atol=2e-6)
+
+
+def test_vmap_and_leading_axes():
+    a, c = _chains(24, 2, 17, 5, seed=4)
+    a = a.reshape(2, 3, 4, 2, 17)
+    direct = np.asarray(banded_chain_marginals(a, c, backend="numba"))
+    mapped = np.asarray(jax.vmap(lambda x: banded_chain_marginals(x, c, backend="numba"))(a))
+    ref = np.asarray(banded_chain_marginals(a, c, backend="jax"))
+    np.testing.assert_allclose(direct, ref, atol=2e-6)
+    np.testing.assert_array_equal(mapped, direct)
+
+
+@pytest.mark.parametrize("coupling_grad", [True, False])
+def test_gradient_is_the_jax_one(coupling_grad):
+    a, c = _chains(40, 2, 30, 5, seed=5)
+    w = jax.random.normal(jax.random.key(6), a.shape)
+
+    def loss(a, c, backend):
+        m = banded_chain_marginals(a, c, backend=backend, coupling_grad=coupling_grad)
+        return jnp.sum(jnp.where(jnp.isneginf(a), 0.0, w * m))
+
+    g = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+    (ga, gc), (ra, rc) = g(a, c, "numba"), g(a, c, "jax")
+    np.testing.assert_allclose(np.asarray(ga), np.asarray(ra), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gc), np.asarray(rc), atol=1e-4)
+
+
+def test_errors():
+    a, c = _chains(4, 2, 6, 3, seed=7)
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'numba', 'jax'"):
+        banded_chain_marginals(a, c, backend="cuda")
+    with pytest.raises(ValueError, match=r"same N; got a \(4, 2, 6\), c \(3, 3\)"):
+        _native.transfer_marginals(a, jnp.zeros((3, 3)), 20.0)
+    # the handler refuses buffers it does not expect (int32 fields) with its own message
+    _native._register()
+    call = jax.ffi.ffi_call(_native.TARGET, jax.ShapeDtypeStruct((4, 2, 6), jnp.int32))
+    with pytest.raises(Exception, match="do not have the layout this isingattn version reads"):
+        jax.block_until_ready(jax.jit(call)(jnp.zeros((4, 2, 6), jnp.int32),
+                                            jnp.zeros((2, 3), jnp.int32),
+                                            jnp.zeros((1,), jnp.int32)))
+
+
+def test_empty():
+    assert _native.transfer_marginals(jnp.zeros((0, 2, 5)), jnp.zeros((2, 3)), 20.0).shape \
+        == (0, 2, 5)
