@@ -336,6 +336,8 @@ def transfer_marginals(a, c, fast_limit):
     if a.ndim < 2 or c.ndim != 2 or c.shape[0] != a.shape[-2]:
         raise ValueError(f"a must be (..., N, S) and c (N, r) with the same N; got a {a.shape}, "
                          f"c {c.shape}")
+    if c.shape[1] < 1:
+        raise ValueError(f"c must hold at least one distance (r >= 1); got c {c.shape}")
     if a.dtype not in (jnp.float32, jnp.float64):
         raise ValueError(f"a must be float32 or float64; got {a.dtype}")
     if math.prod(a.shape) == 0:

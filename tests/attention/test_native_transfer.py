@@ -100,6 +100,8 @@ def test_errors():
         banded_chain_marginals(a, c, backend="cuda")
     with pytest.raises(ValueError, match=r"same N; got a \(4, 2, 6\), c \(3, 3\)"):
         _native.transfer_marginals(a, jnp.zeros((3, 3)), 20.0)
+    with pytest.raises(ValueError, match=r"at least one distance \(r >= 1\); got c \(2, 0\)"):
+        _native.transfer_marginals(a, jnp.zeros((2, 0)), 20.0)
     # the handler refuses buffers it does not expect (int32 fields) with its own message
     _native._register()
     call = jax.ffi.ffi_call(_native.TARGET, jax.ShapeDtypeStruct((4, 2, 6), jnp.int32))
