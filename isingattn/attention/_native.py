@@ -185,12 +185,12 @@ if numba is not None:
             for k in range(nb * K):  # per-step factors, scaled to bounded steps
                 for q in range(L):
                     ap = a[q0 + q, n, k] + cmax if (k < S and q < nq) else -np.inf
-                    up = max(ap, 0.0)
-                    f1 = math.exp(min(ap, 0.0))
-                    f0 = math.exp(-up)
-                    g = math.sqrt((f0 + f1 * ecm) * (f0 + f1))
-                    F0[k, q] = f0 / g
-                    F1[k, q] = f1 / g
+                    e = math.exp(-abs(ap))  # exp(min(ap, 0)) or exp(-max(ap, 0)): one exp
+                    f1 = e if ap <= 0 else 1.0
+                    f0 = 1.0 if ap <= 0 else e
+                    g = 1.0 / math.sqrt((f0 + f1 * ecm) * (f0 + f1))
+                    F0[k, q] = f0 * g
+                    F1[k, q] = f1 * g
             cur = 0
             buf[0, :, :] = 0
             buf[0, 0, :] = 1  # before the first key: every window entry 0
