@@ -631,7 +631,13 @@ def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
     if not coupling_grad:
         c = jax.lax.stop_gradient(c)
     r = c.shape[-1]
-    if _use_native(backend) and a.dtype in (jnp.float32, jnp.float64):
+    native = _use_native(backend)
+    if native and a.dtype not in (jnp.float32, jnp.float64):
+        if backend == "numba":
+            raise ValueError(f"backend='numba' runs float32 and float64; got {a.dtype} (use "
+                             "backend='jax')")
+        native = False
+    if native:
         N, S = a.shape[-2:]
         m = _native_core(a.reshape(-1, N, S), c, r, bool(coupling_grad)).reshape(a.shape)
         return _checked(m, c, a.dtype)

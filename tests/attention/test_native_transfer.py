@@ -98,6 +98,8 @@ def test_errors():
     a, c = _chains(4, 2, 6, 3, seed=7)
     with pytest.raises(ValueError, match="backend must be one of 'auto', 'numba', 'jax'"):
         banded_chain_marginals(a, c, backend="cuda")
+    with pytest.raises(ValueError, match="backend='numba' runs float32 and float64; got float16"):
+        banded_chain_marginals(a.astype(jnp.float16), c, backend="numba")
     with pytest.raises(ValueError, match=r"same N; got a \(4, 2, 6\), c \(3, 3\)"):
         _native.transfer_marginals(a, jnp.zeros((3, 3)), 20.0)
     with pytest.raises(ValueError, match=r"at least one distance \(r >= 1\); got c \(2, 0\)"):
