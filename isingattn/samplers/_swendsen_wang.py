@@ -446,15 +446,20 @@ def _native_roots(plan, links):
     return _native.table_roots(links, plan.nbr)
 
 
+def _slot_bonds(plan, bond):
+    """Per-edge bonds ``(..., E)`` laid out in the plan's grid slots ``(..., 2, Lx, Ly)`` or
+    neighbour-table slots ``(..., n, d)`` (slots without an edge unbonded)."""
+    pad = jnp.concatenate([bond, jnp.zeros(bond.shape[:-1] + (1,), bool)], axis=-1)
+    return pad[..., plan.grid[2] if plan.grid is not None else plan.nbr_e]
+
+
 def edge_bond_roots(plan, bond):
     """Component roots ``(..., n)`` (local indices) of per-edge bonds ``bond`` ``(..., E)`` in
     the plan's edge order, by the compiled union-find: the bonds are laid out in the plan's
     grid slots or neighbour-table slots first (a gather), as Swendsen–Wang's step does."""
     if plan.E == 0:
         return jnp.broadcast_to(jnp.arange(plan.n, dtype=jnp.int32), bond.shape[:-1] + (plan.n,))
-    pad = jnp.concatenate([bond, jnp.zeros(bond.shape[:-1] + (1,), bool)], axis=-1)
-    slots = plan.grid[2] if plan.grid is not None else plan.nbr_e
-    return _native_roots(plan, pad[..., slots])
+    return _native_roots(plan, _slot_bonds(plan, bond))
 
 
 def resolve_components(components, grid=True):
@@ -570,11 +575,7 @@ class SwendsenWangSampler(MCMCSampler):
             sat = J * s[:, plan.u] * s[:, plan.v] > 0
             p = -jnp.expm1(-2 * beta * jnp.abs(J))
             bond = sat & (bits_to_uniform(w_bond).astype(dtype) < p)  # (C, E)
-            if E:
-                bonded = jnp.concatenate([bond, jnp.zeros((C, 1), bool)], axis=1)[:, plan.nbr_e]
-            else:
-                bonded = jnp.zeros((C, n, 0), bool)
-            links = bonded  # (C, n, d)
+            links = _slot_bonds(plan, bond)  # (C, n, d)
 
         offsets = (jnp.arange(C, dtype=jnp.int32) * n)[:, None]
         components = resolve_components(self.components, plan.grid is not None)

@@ -11,25 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.sparse
-import scipy.sparse.csgraph
 
 from isingattn import _ffi
 from isingattn.models import IsingModel, SparseIsingModel, chain, square_lattice
 from isingattn.samplers import SwendsenWangSampler, WolffSampler, _native
 from isingattn.samplers import _swendsen_wang as swm
 
+from ._components import scipy_roots
+
 pytestmark = pytest.mark.skipif(not _native.available(),
                                 reason="numba not installed or JAX not on the CPU")
-
-
-def _scipy_roots(n, u, v, bond):
-    """Smallest member of each node's component (the labels both paths must give)."""
-    g = scipy.sparse.coo_matrix((np.ones(bond.sum()), (u[bond], v[bond])), shape=(n, n))
-    _, lab = scipy.sparse.csgraph.connected_components(g, directed=False)
-    first = np.full(lab.max() + 1, n)
-    np.minimum.at(first, lab, np.arange(n))
-    return first[lab]
 
 
 def _grid_edges(Lx, Ly):
@@ -52,7 +43,7 @@ def test_grid_roots_match_scipy(shape):
         assert roots.shape == (5, Lx * Ly) and roots.dtype == np.int32
         for c in range(5):
             np.testing.assert_array_equal(roots[c],
-                                          _scipy_roots(Lx * Ly, u, v, bond[c].reshape(-1)))
+                                          scipy_roots(Lx * Ly, u, v, bond[c].reshape(-1)))
 
 
 def test_grid_roots_leading_axes_and_vmap():
@@ -91,7 +82,7 @@ def test_table_roots_match_scipy(graph):
         roots = np.asarray(table(bonded, nbr))
         for c in range(4):
             np.testing.assert_array_equal(roots[c],
-                                          _scipy_roots(n, edges[:, 0], edges[:, 1], bond[c]))
+                                          scipy_roots(n, edges[:, 0], edges[:, 1], bond[c]))
         batched = jax.jit(jax.vmap(_native.table_roots, in_axes=(0, None)))
         np.testing.assert_array_equal(np.asarray(batched(bonded[:, None], nbr))[:, 0], roots)
 
@@ -163,7 +154,7 @@ def test_edge_bond_roots_match_scipy():
         bond = np.asarray(jax.random.bernoulli(jax.random.key(2), 0.5, (3, plan.E)))
         roots = np.asarray(jax.jit(lambda b, plan=plan: swm.edge_bond_roots(plan, b))(bond))
         for c in range(3):
-            np.testing.assert_array_equal(roots[c], _scipy_roots(model.n, u, v, bond[c]))
+            np.testing.assert_array_equal(roots[c], scipy_roots(model.n, u, v, bond[c]))
 
 
 def test_same_chains_for_a_batch_of_models():

@@ -14,8 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.sparse
-import scipy.sparse.csgraph
 
 from isingattn.models import SparseIsingModel, chain, square_lattice
 from isingattn.samplers import SwendsenWangSampler
@@ -29,14 +27,7 @@ from isingattn.samplers._swendsen_wang import (
 )
 
 from .._stats import ALPHA, assert_chi2_matches, ess
-
-
-def _scipy_roots(n, u, v, bond):
-    g = scipy.sparse.coo_matrix((np.ones(bond.sum()), (u[bond], v[bond])), shape=(n, n))
-    _, lab = scipy.sparse.csgraph.connected_components(g, directed=False)
-    first = np.full(lab.max() + 1, n)
-    np.minimum.at(first, lab, np.arange(n))
-    return first[lab]
+from ._components import scipy_roots
 
 
 # --------------------------------------------------------------------------- grid recognition
@@ -100,7 +91,7 @@ def test_grid_labelling_matches_scipy(label_dtype):
         grid = np.concatenate([bond, np.zeros((C, 1), bool)], 1)[:, slots]  # (C, 2, Lx, Ly)
         roots = np.asarray(label(grid)).reshape(C, m.n) - (np.arange(C) * m.n)[:, None]
         for c in range(C):
-            np.testing.assert_array_equal(roots[c], _scipy_roots(m.n, u, v, bond[c]))
+            np.testing.assert_array_equal(roots[c], scipy_roots(m.n, u, v, bond[c]))
 
 
 def test_table_labelling_matches_scipy(label_dtype):
@@ -126,7 +117,7 @@ def test_table_labelling_matches_scipy(label_dtype):
         bond = np.asarray(jax.random.bernoulli(jax.random.key(int(p * 10)), p, (C, len(edges))))
         roots = np.asarray(label(bond)).reshape(C, n) - (np.arange(C) * n)[:, None]
         for c in range(C):
-            np.testing.assert_array_equal(roots[c], _scipy_roots(n, edges[:, 0], edges[:, 1],
+            np.testing.assert_array_equal(roots[c], scipy_roots(n, edges[:, 0], edges[:, 1],
                                                                  bond[c]))
 
 
