@@ -10,7 +10,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "results/*/**"]  # result folders: tables, plots, runs (pages include them)
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
 napoleon_google_docstring = True

@@ -10,6 +10,7 @@ from .._validation import check_positive_int, shape_str
 from ._couplings import Couplings, CouplingSpec
 from ._function import READOUTS, boltzmann_attention
 from ._methods import resolve_method
+from ._rope import apply_rope
 
 
 class FrozenCouplings(nnx.Variable):
@@ -39,6 +40,10 @@ class BoltzmannMultiHeadAttention(nnx.Module):
       chemical_potential: initial per-head ``b``; trained when ``learn_chemical_potential``.
       is_causal: default causal flag of calls.
       use_bias: biases in the projections.
+      rope: rotate queries and keys by their positions (rotary embeddings,
+        :func:`apply_rope`), so the fields ``h_ij`` depend on ``i - j``: the positional signal
+        of a model without position embeddings. Needs an even head dimension.
+      rope_base: the RoPE frequency base.
       rngs: ``nnx.Rngs``; ``params`` initializes, the ``attention`` stream (falling back to
         ``default``) keys stochastic methods when no ``rng`` is passed to the call.
 
@@ -57,7 +62,8 @@ class BoltzmannMultiHeadAttention(nnx.Module):
                  couplings: CouplingSpec | Couplings | None = None, method="exact",
                  readout: str = "marginal", beta: float = 1.0, chemical_potential: float = 0.0,
                  learn_chemical_potential: bool = True, is_causal: bool = False,
-                 use_bias: bool = False, rngs: nnx.Rngs):
+                 use_bias: bool = False, rope: bool = False, rope_base: float = 10000.0,
+                 rngs: nnx.Rngs):
         num_heads = check_positive_int("num_heads", num_heads)
         in_features = check_positive_int("in_features", in_features)
         qkv_features = in_features if qkv_features is None else qkv_features
@@ -73,6 +79,12 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             )
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}; got {readout!r}")
+        if rope and (qkv_features // num_heads) % 2:
+            raise ValueError(
+                f"rope=True needs an even head dimension; qkv_features / num_heads = "
+                f"{qkv_features} / {num_heads} = {qkv_features // num_heads}"
+            )
+        self.rope, self.rope_base = bool(rope), float(rope_base)
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = qkv_features // num_heads
         self.readout, self.beta, self.is_causal = readout, float(beta), bool(is_causal)
@@ -139,6 +151,9 @@ class BoltzmannMultiHeadAttention(nnx.Module):
         q = self.query(inputs_q).reshape(B, T, self.num_heads, self.head_dim)
         k = self.key(inputs_kv).reshape(B, S, self.num_kv_heads, self.head_dim)
         v = self.value(inputs_kv).reshape(B, S, self.num_kv_heads, self.head_dim)
+        if self.rope:
+            q = apply_rope(q, jnp.arange(T), base=self.rope_base)
+            k = apply_rope(k, jnp.arange(S), base=self.rope_base)
         causal = self.is_causal if is_causal is None else is_causal
         kw = {}
         if self.readout != "softmax":

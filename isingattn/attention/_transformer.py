@@ -1,5 +1,5 @@
-"""A small standard pre-norm transformer language model whose attention is one argument:
-softmax, or Boltzmann attention with any couplings and inference method."""
+"""A small standard pre-norm transformer whose attention is one argument: softmax, or Boltzmann
+attention with any couplings and inference method."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from flax import nnx
 
 from .._validation import check_positive_int, shape_str
 from ._nnx import BoltzmannMultiHeadAttention
+
+#: Position schemes of :class:`TransformerLM`: learned absolute embeddings (up to
+#: ``max_length``), rotary embeddings in every attention layer, or none (the model then sees
+#: positions only through causal masking and, with Boltzmann attention, through couplings that
+#: depend on ``|j - k|``).
+POSITIONAL = ("learned", "rope", "none")
 
 
 def _attention_kwargs(attention) -> dict:
@@ -26,29 +32,57 @@ def _attention_kwargs(attention) -> dict:
 
 
 class TransformerBlock(nnx.Module):
-    """``x + attn(LN(x))`` then ``x + MLP(LN(x))`` (GELU MLP of width ``mlp_ratio * d``)."""
+    """``x + attn(LN(x))`` then ``x + MLP(LN(x))`` (GELU MLP of width ``mlp_ratio * d``), with
+    dropout of rate ``dropout`` on both residual branches."""
 
     def __init__(self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, attention="softmax",
+                 causal: bool = True, rope: bool = False, dropout: float = 0.0,
                  rngs: nnx.Rngs):
         self.ln1 = nnx.LayerNorm(d_model, rngs=rngs)
-        self.attn = BoltzmannMultiHeadAttention(num_heads, d_model, is_causal=True, rngs=rngs,
-                                                **_attention_kwargs(attention))
+        kw = _attention_kwargs(attention)
+        kw.setdefault("is_causal", causal)
+        if rope:
+            kw["rope"] = True
+        self.attn = BoltzmannMultiHeadAttention(num_heads, d_model, rngs=rngs, **kw)
         self.ln2 = nnx.LayerNorm(d_model, rngs=rngs)
         self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, rngs=rngs)
         self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else nnx.data(None)
 
-    def __call__(self, x, *, mask=None, rng=None):
-        x = x + self.attn(self.ln1(x), mask=mask, rng=rng)
-        return x + self.fc2(jax.nn.gelu(self.fc1(self.ln2(x))))
+    def _drop(self, x, deterministic):
+        if self.dropout is None:
+            return x
+        return self.dropout(x, deterministic=deterministic)
+
+    def __call__(self, x, *, mask=None, rng=None, deterministic: bool | None = None):
+        x = x + self._drop(self.attn(self.ln1(x), mask=mask, rng=rng), deterministic)
+        return x + self._drop(self.fc2(jax.nn.gelu(self.fc1(self.ln2(x)))), deterministic)
 
 
 class TransformerLM(nnx.Module):
-    """Causal pre-norm transformer: token + learned position embeddings, ``num_layers``
-    :class:`TransformerBlock`, final LayerNorm, linear LM head.
+    """Pre-norm transformer: token embeddings (plus position embeddings when
+    ``positional="learned"``), ``num_layers`` :class:`TransformerBlock`, final LayerNorm, a linear
+    head to ``num_outputs`` logits per position.
 
-    ``attention``: ``"softmax"`` (baseline), ``"boltzmann"`` (J = 0, exact) or a dict of
-    :class:`BoltzmannMultiHeadAttention` options (``couplings``, ``method``, ``readout``,
-    ``beta``, ``chemical_potential``, ...), the same for every block.
+    Args:
+      vocab_size: input tokens ``0 .. vocab_size - 1``.
+      d_model, num_heads, num_layers, mlp_ratio: sizes.
+      max_length: the longest sequence (``positional="learned"``: the number of position
+        embeddings; the other schemes accept any length).
+      attention: ``"softmax"`` (baseline), ``"boltzmann"`` (J = 0, exact) or a dict of
+        :class:`BoltzmannMultiHeadAttention` options (``couplings``, ``method``, ``readout``,
+        ``beta``, ``chemical_potential``, ...), the same for every block.
+      positional: one of :data:`POSITIONAL`: ``"learned"`` absolute embeddings, ``"rope"``
+        (rotary embeddings of queries and keys in every layer) or ``"none"``.
+      num_outputs: logits per position (default ``vocab_size``: a language model; a number of
+        classes for sequence labelling).
+      causal: position ``t`` attends to ``0 .. t`` (default) or to every position.
+      dropout: rate of dropout on the embeddings and on every residual branch (active unless
+        the call passes ``deterministic=True``; it draws from the ``dropout`` stream of
+        ``rngs``).
+      tie_embeddings: the head reuses the token embedding matrix (``num_outputs`` must equal
+        ``vocab_size``); the head keeps its own bias.
+      rngs: ``nnx.Rngs`` (``params``; ``dropout`` and ``attention`` streams when used).
 
     Example:
       >>> from flax import nnx
@@ -63,31 +97,61 @@ class TransformerLM(nnx.Module):
 
     def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4,
                  num_layers: int = 2, max_length: int = 128, mlp_ratio: int = 4,
-                 attention="softmax", rngs: nnx.Rngs):
+                 attention="softmax", positional: str = "learned",
+                 num_outputs: int | None = None, causal: bool = True, dropout: float = 0.0,
+                 tie_embeddings: bool = False, rngs: nnx.Rngs):
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.max_length = check_positive_int("max_length", max_length)
         check_positive_int("num_layers", num_layers)
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {', '.join(map(repr, POSITIONAL))}; "
+                             f"got {positional!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); got {dropout}")
+        num_outputs = vocab_size if num_outputs is None else check_positive_int(
+            "num_outputs", num_outputs)
+        if tie_embeddings and num_outputs != vocab_size:
+            raise ValueError(
+                f"tie_embeddings=True needs num_outputs == vocab_size ({vocab_size}); got "
+                f"num_outputs={num_outputs}"
+            )
+        self.positional, self.num_outputs = positional, num_outputs
+        self.tie_embeddings = bool(tie_embeddings)
         self.embed = nnx.Embed(vocab_size, d_model, rngs=rngs)
-        self.pos = nnx.Embed(max_length, d_model, rngs=rngs)
+        self.pos = (nnx.Embed(max_length, d_model, rngs=rngs) if positional == "learned"
+                    else nnx.data(None))
         self.blocks = nnx.List([
             TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio, attention=attention,
+                             causal=causal, rope=positional == "rope", dropout=dropout,
                              rngs=rngs)
             for _ in range(num_layers)
         ])
         self.ln_f = nnx.LayerNorm(d_model, rngs=rngs)
-        self.head = nnx.Linear(d_model, vocab_size, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else nnx.data(None)
+        if self.tie_embeddings:
+            self.head = nnx.data(None)
+            self.head_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+        else:
+            self.head = nnx.Linear(d_model, num_outputs, rngs=rngs)
+            self.head_bias = nnx.data(None)
 
-    def __call__(self, tokens, *, mask=None, rng=None):
-        """``tokens (B, T)`` int -> logits ``(B, T, vocab_size)``; ``rng`` feeds stochastic
-        attention (split per block)."""
-        if tokens.ndim != 2 or tokens.shape[1] > self.max_length:
-            raise ValueError(
-                f"tokens must be (B, T) with T <= max_length = {self.max_length}; got "
-                f"{shape_str(tokens.shape)}"
-            )
-        x = self.embed(tokens) + self.pos(jnp.arange(tokens.shape[1]))[None]
+    def __call__(self, tokens, *, mask=None, rng=None, deterministic: bool | None = None):
+        """``tokens (B, T)`` int -> logits ``(B, T, num_outputs)``; ``rng`` feeds stochastic
+        attention (split per block); ``deterministic=True`` turns dropout off."""
+        if tokens.ndim != 2 or (self.pos is not None and tokens.shape[1] > self.max_length):
+            limit = (f" with T <= max_length = {self.max_length} (positional='learned')"
+                     if self.pos is not None else "")
+            raise ValueError(f"tokens must be (B, T){limit}; got {shape_str(tokens.shape)}")
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos(jnp.arange(tokens.shape[1]))[None]
+        if self.dropout is not None:
+            x = self.dropout(x, deterministic=deterministic)
         keys = [None] * len(self.blocks) if rng is None else list(
             jax.random.split(rng, len(self.blocks)))
         for block, k in zip(self.blocks, keys):
-            x = block(x, mask=mask, rng=k)
-        return self.head(self.ln_f(x))
+            x = block(x, mask=mask, rng=k, deterministic=deterministic)
+        x = self.ln_f(x)
+        if self.head is None:
+            return self.embed.attend(x) + self.head_bias[...]
+        return self.head(x)

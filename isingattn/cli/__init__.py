@@ -13,6 +13,8 @@ COMMANDS = {
     "exact": "._exact",
     "sample": "._sample",
     "compare": "._compare",
+    "train": "._train",
+    "evaluate": "._evaluate",
 }
 
 
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as e:
+    except (ValueError, TypeError, FileNotFoundError, IsADirectoryError) as e:
         print(f"isingattn {args.command}: error: {e}", file=sys.stderr)
         return 2
 

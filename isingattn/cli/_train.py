@@ -1,0 +1,152 @@
+"""``isingattn train``: train a small transformer with softmax or Boltzmann attention on a task.
+
+A run is a directory (--out): config.json, metrics.csv (step, split, loss, metric and the task's
+extra columns, appended as it goes), checkpoints/ and final.json (test metrics, parameter count,
+steps/s, compile and wall time, final couplings, versions). An interrupted run continues from
+its last checkpoint with --resume (the same numbers as an uninterrupted run); a directory that
+holds a run is refused unless --resume or --force.
+
+Tasks: pair-copy (copy the symbol after a marker), bracket (bracket matching: label each closing
+bracket with the type it closes; --bracket-variant balance: classify balanced vs one bracket
+changed), file (sequence labelling from a JSONL file, --data).
+
+Attention: softmax, or Boltzmann attention with couplings none (J = 0: sigmoid attention), fixed,
+random or learned, structure banded (range --bandwidth, exact by transfer) or relative (up to
+--max-distance, mean field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+
+from ..experiments._config import (
+    ATTENTIONS,
+    EXPERIMENT_STRUCTURES,
+    METHODS,
+    SCHEDULES,
+    TASKS,
+    TrainConfig,
+)
+
+#: (config field, help, choices) of every option; the default comes from TrainConfig.
+OPTIONS = [
+    ("task", "the task", TASKS),
+    ("data", ("JSONL file of --task file: {\"input\": [...] or \"string\", \"labels\": [int or "
+             "null, ...], \"split\": optional}"), None),
+    ("length", "sequence length (file: default the longest example)", None),
+    ("bracket_variant", ("bracket: 'match' labels every closing bracket, 'balance' classifies "
+                        "whole sequences"), ("match", "balance")),
+    ("bracket_types", "bracket: number of bracket types k", None),
+    ("max_depth", "bracket: nesting depth bound (default 8 for walk, the length for long)", None),
+    ("regime", "bracket: pair distances, 'walk' (mostly short) or 'long' (far-apart pairs)",
+     ("walk", "long")),
+    ("num_symbols", "pair-copy: number of symbols", None),
+    ("data_seed", "seed of the synthetic valid/test sets", None),
+    ("attention", "softmax, or Boltzmann attention with couplings of this kind", ATTENTIONS),
+    ("structure", "coupling structure J_jk = w(|j-k|): banded (|j-k| <= bandwidth) or relative",
+     EXPERIMENT_STRUCTURES),
+    ("method", "inference method (default: transfer for banded, mean_field for relative)",
+     METHODS),
+    ("bandwidth", "banded coupling range r", None),
+    ("max_distance", ("relative couplings: largest distance with its own weight (default "
+                     "length - 1)"), None),
+    ("coupling_scale", ("total strength kappa of fixed (w = kappa/D) and random (std "
+                       "kappa/sqrt(D)) couplings"), None),
+    ("beta", "inverse temperature of the attention's Ising models", None),
+    ("chemical_potential", "initial chemical potential b (learned per head)", None),
+    ("positional", "positions: learned absolute embeddings, rope, or none",
+     ("learned", "rope", "none")),
+    ("layers", "transformer blocks", None),
+    ("d_model", "model width", None),
+    ("heads", "attention heads", None),
+    ("mlp_ratio", "MLP width / d_model", None),
+    ("dropout", "dropout rate (embeddings and residual branches)", None),
+    ("steps", "optimizer steps", None),
+    ("batch", "sequences per step", None),
+    ("lr", "peak learning rate (AdamW)", None),
+    ("warmup", "linear warm-up steps", None),
+    ("schedule", "learning-rate schedule after the warm-up", SCHEDULES),
+    ("weight_decay", "AdamW weight decay", None),
+    ("clip", "clip the global gradient norm (0: off)", None),
+    ("seed", "seed of the initialization, random couplings and training batches", None),
+    ("eval_every", "steps between validation passes", None),
+    ("eval_examples", "validation examples", None),
+    ("test_examples", "test examples", None),
+    ("checkpoint_every", "steps between checkpoints", None),
+    ("keep_checkpoints", "checkpoints kept", None),
+]
+
+
+def _field_type(name):
+    f = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+    t = str(f.type)
+    if "int" in t:
+        return int
+    if "float" in t:
+        return float
+    return str
+
+
+def add_parser(sub):
+    p = sub.add_parser("train", help="train a model with softmax or Boltzmann attention",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=__doc__.split("\n\n", 1)[1])
+    defaults = TrainConfig()
+    for name, help_, choices in OPTIONS:
+        default = getattr(defaults, name)
+        shown = "" if default is None else f" (default: {default})"
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=_field_type(name),
+                       choices=choices, default=None, help=help_ + shown)
+    p.add_argument("--out", default=None,
+                   help="run directory (default: runs/TASK_ATTENTION_STRUCTURE_L<length>_seed<seed>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--force", action="store_true",
+                   help="delete the run in --out (its own files only) and start over")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def config_from_args(args) -> TrainConfig:
+    given = {name: getattr(args, name) for name, _, _ in OPTIONS
+             if getattr(args, name) is not None}
+    if given.get("task") == "file" and "length" not in given:
+        given["length"] = None
+    return TrainConfig(**given)
+
+
+def default_out(config: TrainConfig) -> str:
+    return (f"runs/{config.task}_{config.attention}_{config.structure}_L{config.length}_"
+            f"seed{config.seed}")
+
+
+def run(args):
+    from ..experiments import TrainingDiverged, train
+
+    if args.resume and args.force:
+        raise ValueError("--resume and --force exclude each other")
+    config = config_from_args(args)
+    out = args.out or default_out(config)
+    print(f"run directory: {out}", file=sys.stderr)
+    try:
+        final = train(config, out, resume=args.resume, force=args.force,
+                      progress=not args.quiet)
+    except TrainingDiverged as e:
+        print(f"isingattn train: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"isingattn train: interrupted; continue with --resume --out {out}",
+              file=sys.stderr)
+        return 130
+    test = final["test"]
+    extras = "  ".join(f"{k} {v:.4f}" for k, v in test.items()
+                       if k not in ("loss", "metric") and isinstance(v, float) and math.isfinite(v))
+    print(f"test: loss {test['loss']:.4f}  metric {test['metric']:.4f}  {extras}")
+    sps = final.get("steps_per_second")
+    print(f"parameters {final['parameters']}  steps/s {sps:.2f}  compile "
+          f"{final['compile_seconds']:.1f} s  wall {final['wall_seconds']:.1f} s"
+          if sps else f"parameters {final['parameters']}")
+    print(f"wrote {out}/final.json")
+    return 0

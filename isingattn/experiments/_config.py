@@ -1,0 +1,235 @@
+"""The configuration of a training run, and what it builds: the task, the attention, the model.
+
+A :class:`TrainConfig` is the whole description of a run (``config.json`` of its directory):
+the same config and seed give the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .._validation import check_positive_int
+
+#: Tasks by name (``--task``).
+TASKS = ("pair-copy", "bracket", "file")
+#: Attention variants: softmax, and Boltzmann attention with couplings of one kind: ``none``
+#: (``J = 0``: normalized sigmoid attention), ``fixed``, ``random``, ``learned``.
+ATTENTIONS = ("softmax", "none", "fixed", "random", "learned")
+#: Coupling structures of the experiments (``J_jk = w(|j - k|)``): ``banded`` (``|j - k| <= r``,
+#: exact by ``transfer``) and long-range ``relative`` (up to ``max_distance``).
+EXPERIMENT_STRUCTURES = ("banded", "relative")
+#: Inference methods by name (``--method``).
+METHODS = ("exact", "transfer", "mean_field", "tap")
+SCHEDULES = ("constant", "cosine")
+DEFAULT_METHOD = {"banded": "transfer", "relative": "mean_field"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run.
+
+    Task: ``task`` (:data:`TASKS`), ``data`` (the JSONL file of ``file``), ``length`` (the
+    sequence length; None only for ``file``: its longest example), bracket options
+    (``bracket_variant``, ``bracket_types``, ``max_depth``, ``regime``), ``num_symbols`` of
+    pair copy, ``data_seed`` (the evaluation sets).
+
+    Attention: ``attention`` (:data:`ATTENTIONS`), ``structure`` (:data:`EXPERIMENT_STRUCTURES`),
+    ``method`` (:data:`METHODS`; None: ``transfer`` for banded, ``mean_field`` for relative),
+    ``bandwidth`` ``r`` (banded), ``max_distance`` (relative; None: ``length - 1``),
+    ``coupling_scale`` ``kappa`` (fixed: ``w(d) = kappa / D`` for ``d = 1..D``; random:
+    ``w(d) ~ Normal(0, kappa^2 / D)``, drawn once from the seed; ``D`` = ``r`` or
+    ``max_distance``, so both have total strength about ``kappa``; learned couplings start at 0),
+    ``beta`` and the initial ``chemical_potential`` (learned per head).
+
+    Model: ``positional`` (``learned``, ``rope``, ``none``), ``layers``, ``d_model``, ``heads``,
+    ``mlp_ratio``, ``dropout``.
+
+    Optimization: ``steps``, ``batch`` (sequences per step), ``lr`` (AdamW peak),
+    ``warmup`` (linear warm-up steps), ``schedule`` (``constant`` or ``cosine`` decay to 0 after
+    the warm-up), ``weight_decay``, ``clip`` (global gradient norm; 0: none), ``seed`` (model
+    initialization, random couplings and the training batches).
+
+    Bookkeeping: ``eval_every`` (steps between validation passes), ``eval_examples`` (validation
+    examples), ``test_examples``, ``checkpoint_every``, ``keep_checkpoints``.
+    """
+
+    task: str = "bracket"
+    data: str | None = None
+    length: int | None = 64
+    bracket_variant: str = "match"
+    bracket_types: int = 4
+    max_depth: int | None = None
+    regime: str = "walk"
+    num_symbols: int = 6
+    data_seed: int = 0
+
+    attention: str = "learned"
+    structure: str = "banded"
+    method: str | None = None
+    bandwidth: int = 4
+    max_distance: int | None = None
+    coupling_scale: float = 1.0
+    beta: float = 1.0
+    chemical_potential: float = 0.0
+
+    positional: str = "learned"
+    layers: int = 2
+    d_model: int = 64
+    heads: int = 4
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+
+    steps: int = 2000
+    batch: int = 32
+    lr: float = 1e-3
+    warmup: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    seed: int = 0
+
+    eval_every: int = 200
+    eval_examples: int = 512
+    test_examples: int = 2048
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+
+    #: Fields that may differ when a run is resumed (they change no number of the run).
+    RESUMABLE_CHANGES = ("checkpoint_every", "keep_checkpoints")
+
+    def __post_init__(self):
+        from ..attention._transformer import POSITIONAL
+
+        def choice(name, valid):
+            v = getattr(self, name)
+            if v not in valid:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}; got "
+                                 f"{v!r}")
+
+        choice("task", TASKS)
+        choice("attention", ATTENTIONS)
+        choice("structure", EXPERIMENT_STRUCTURES)
+        choice("positional", POSITIONAL)
+        choice("schedule", SCHEDULES)
+        if self.method is not None:
+            choice("method", METHODS)
+        if self.task == "file" and not self.data:
+            raise ValueError("task='file' needs data (the path of a JSONL file)")
+        if self.task != "file" and self.length is None:
+            raise ValueError(f"task={self.task!r} needs a length")
+        if self.length is not None:
+            check_positive_int("length", self.length, 2)
+        for name in ("layers", "d_model", "heads", "mlp_ratio", "steps", "batch",
+                     "eval_every", "eval_examples", "test_examples", "checkpoint_every",
+                     "keep_checkpoints", "bandwidth"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("seed", "data_seed", "warmup"):
+            check_positive_int(name, getattr(self, name), 0)
+        if self.max_distance is not None:
+            check_positive_int("max_distance", self.max_distance)
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads "
+                             f"({self.heads})")
+        if self.positional == "rope" and (self.d_model // self.heads) % 2:
+            raise ValueError(f"positional='rope' needs an even head dimension; d_model / heads "
+                             f"= {self.d_model // self.heads}")
+        for name in ("lr", "beta"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be finite and > 0; got {v}")
+        for name in ("coupling_scale", "chemical_potential", "weight_decay", "clip"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be finite; got {getattr(self, name)}")
+        if self.weight_decay < 0 or self.clip < 0:
+            raise ValueError("weight_decay and clip must be >= 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
+        if (self.attention not in ("softmax", "none") and self.structure == "relative"
+                and self.resolved_method == "transfer"):
+            raise ValueError("method='transfer' needs banded couplings; relative couplings use "
+                             "'mean_field', 'tap' or (short sequences) 'exact'")
+
+    @property
+    def resolved_method(self) -> str:
+        return self.method or DEFAULT_METHOD[self.structure]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {', '.join(map(repr, unknown))}; valid: "
+                             f"{', '.join(sorted(names))}")
+        return cls(**d)
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def build_task(config: TrainConfig):
+    """The :class:`~isingattn.experiments.Task` of a config."""
+    from ._bracket import BracketTask
+    from ._jsonl import FileTask
+    from ._tasks import PairCopyTask
+
+    if config.task == "pair-copy":
+        return PairCopyTask(config.num_symbols, data_seed=config.data_seed)
+    if config.task == "bracket":
+        return BracketTask(config.bracket_variant, config.bracket_types, config.max_depth,
+                           config.regime, data_seed=config.data_seed)
+    return FileTask(config.data)
+
+
+def coupling_spec(config: TrainConfig):
+    """The :class:`~isingattn.attention.CouplingSpec` of a Boltzmann variant (None for
+    ``softmax`` and ``none``); relative couplings reach ``max_distance`` (default: the training
+    length - 1; longer distances share its weight)."""
+    import numpy as np
+
+    from ..attention import CouplingSpec
+
+    if config.attention in ("softmax", "none"):
+        return None
+    banded = config.structure == "banded"
+    D = config.bandwidth if banded else (config.max_distance or max(config.length - 1, 1))
+    sizes = {"bandwidth": D} if banded else {"max_distance": D}
+    kappa = config.coupling_scale
+    if config.attention == "fixed":
+        values = np.full((config.heads, D), kappa / D, np.float32)
+        return CouplingSpec("fixed", config.structure, values=values, **sizes)
+    if config.attention == "random":
+        return CouplingSpec("random", config.structure, strength=kappa / math.sqrt(D), **sizes)
+    return CouplingSpec("learned", config.structure, init=0.0, **sizes)
+
+
+def attention_options(config: TrainConfig, length: int):
+    """The ``attention`` argument of :class:`~isingattn.attention.TransformerLM`."""
+    if config.attention == "softmax":
+        return "softmax"
+    method = config.resolved_method
+    if method == "exact" and length > 16:
+        raise ValueError(f"method='exact' enumerates 2^S patterns and supports length <= 16; "
+                         f"got length {length}")
+    return {"couplings": coupling_spec(config), "method": method, "beta": config.beta,
+            "chemical_potential": config.chemical_potential}
+
+
+def build_model(config: TrainConfig, task, *, length: int | None = None):
+    """The model of a config: a :class:`~isingattn.attention.TransformerLM` with
+    ``task.num_classes`` outputs per position, initialized from ``config.seed``. ``length``: the
+    sequence length it is built for (default the config's; position embeddings need it)."""
+    from flax import nnx
+
+    from ..attention import TransformerLM
+
+    L = length or config.length
+    rngs = nnx.Rngs(params=config.seed, dropout=config.seed + 1, attention=config.seed + 2)
+    return TransformerLM(
+        task.vocab_size, d_model=config.d_model, num_heads=config.heads,
+        num_layers=config.layers, max_length=config.length, mlp_ratio=config.mlp_ratio,
+        attention=attention_options(config, L), positional=config.positional,
+        num_outputs=task.num_classes, causal=True, dropout=config.dropout, rngs=rngs)

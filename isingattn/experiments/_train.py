@@ -1,0 +1,637 @@
+"""The training loop: a run is a directory.
+
+``OUT/config.json`` (the :class:`TrainConfig`, the task's description, versions),
+``OUT/metrics.csv`` (one row per evaluation and split, appended as it goes), ``OUT/checkpoints/``
+(model and optimizer state every ``checkpoint_every`` steps and at the end) and ``OUT/final.json``
+(test metrics, parameter count, steps/s, compile and wall time, final couplings, versions).
+
+Training batches depend on ``(seed, step)`` alone and the state is restored exactly, so a run
+resumed from its last checkpoint continues with the numbers the uninterrupted run would have had
+(bit for bit on one machine); an interruption loses at most the steps since that checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+
+import numpy as np
+
+from ._config import TrainConfig, build_model, build_task
+from ._tasks import Batch, batch_rng
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+class RunDirectoryError(ValueError):
+    """The output directory holds a run (or other files) that this call must not replace."""
+
+
+class TrainingDiverged(RuntimeError):
+    """A training loss or gradient became non-finite; the message names the step and the
+    parameters."""
+
+
+def versions() -> dict:
+    """Versions of Python and the libraries a run's numbers depend on."""
+    import flax
+    import jax
+    import jaxlib
+    import optax
+
+    from .. import __version__
+
+    return {"python": platform.python_version(), "isingattn": __version__,
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
+            "optax": optax.__version__, "numpy": np.__version__,
+            "platform": platform.platform()}
+
+
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, default=_json_default)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(x):
+    if isinstance(x, (np.generic,)):
+        return x.item()
+    if hasattr(x, "shape"):
+        return np.asarray(x).tolist()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise RunDirectoryError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); the run "
+                                "directory is damaged: use --force to start over") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# optimizer, steps
+# ------------------------------------------------------------------------------------------------
+
+
+def learning_rate_schedule(config: TrainConfig):
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then constant or cosine decay to 0 at
+    ``steps``."""
+    import optax
+
+    warm = min(config.warmup, config.steps)
+    if config.schedule == "constant":
+        after = optax.constant_schedule(config.lr)
+    else:
+        after = optax.cosine_decay_schedule(config.lr, max(config.steps - warm, 1))
+    if warm == 0:
+        return after
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, config.lr, warm), after], [warm])
+
+
+def make_optimizer(config: TrainConfig):
+    """AdamW with :func:`learning_rate_schedule`, after clipping the global gradient norm to
+    ``clip`` (0: no clipping)."""
+    import optax
+
+    parts = [optax.clip_by_global_norm(config.clip)] if config.clip > 0 else []
+    parts.append(optax.adamw(learning_rate_schedule(config), weight_decay=config.weight_decay))
+    return optax.chain(*parts)
+
+
+def _loss_terms(model, inputs, labels, weights, deterministic):
+    import jax.numpy as jnp
+    import optax
+
+    logits = model(inputs, deterministic=deterministic).astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    total = jnp.maximum(jnp.sum(weights), 1.0)
+    loss = jnp.sum(ce * weights) / total
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32) * weights
+    return loss, (ce, correct)
+
+
+class Trainer:
+    """A model, its optimizer and the compiled train and evaluation steps of one config.
+
+    ``length``: the sequence length the model is built for (default the config's; evaluation at
+    another length builds its own :class:`Trainer`).
+    """
+
+    def __init__(self, config: TrainConfig, task=None, *, length: int | None = None):
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        self.config = config
+        self.task = task if task is not None else build_task(config)
+        self.length = length or config.length
+        model = build_model(config, self.task, length=self.length)
+        opt = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
+        self.graphdef, self.state = nnx.split((model, opt))
+        self.num_params = int(sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
+        G = len(self.task.groups)
+        graphdef = self.graphdef
+
+        def train_step(state, inputs, labels, weights):
+            model, opt = nnx.merge(graphdef, state)
+
+            def loss_fn(m):
+                return _loss_terms(m, inputs, labels, weights, False)
+
+            (loss, (_, correct)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+            finite = jax.tree.map(lambda g: jnp.all(jnp.isfinite(g)), grads)
+            opt.update(model, grads)
+            _, new_state = nnx.split((model, opt))
+            return new_state, loss, jnp.sum(correct), jnp.sum(weights), finite
+
+        def eval_step(state, inputs, labels, weights, groups):
+            model, _ = nnx.merge(graphdef, state)
+            _, (ce, correct) = _loss_terms(model, inputs, labels, weights, True)
+            scored = weights > 0
+            wrong = jnp.sum(scored & (correct == 0), axis=1)
+            has = jnp.any(scored, axis=1)
+            onehot = (groups[..., None] == jnp.arange(G)) & scored[..., None]
+            return {"loss": jnp.sum(ce * weights), "weight": jnp.sum(weights),
+                    "correct": jnp.sum(correct),
+                    "seq_correct": jnp.sum(has & (wrong == 0)), "seq_count": jnp.sum(has),
+                    "group_correct": jnp.sum(onehot * correct[..., None], axis=(0, 1)),
+                    "group_count": jnp.sum(onehot, axis=(0, 1))}
+
+        self._train_step = jax.jit(train_step, donate_argnums=0)
+        self._eval_step = jax.jit(eval_step)
+
+    # --- state ----------------------------------------------------------------------------------
+    def model(self):
+        """The model with the current state (a fresh object sharing nothing mutable)."""
+        from flax import nnx
+
+        return nnx.merge(self.graphdef, self.state)[0]
+
+    def host_state(self) -> dict:
+        """The state as a nested dict of numpy arrays (PRNG keys as their key data)."""
+        import jax
+        from flax import nnx
+
+        def to_host(x):
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+                return np.asarray(jax.random.key_data(x))
+            return np.asarray(x)
+
+        return jax.tree.map(to_host, nnx.to_pure_dict(self.state))
+
+    def load_host_state(self, pure: dict) -> None:
+        """Restore :meth:`host_state` output (shapes and dtypes must match this config)."""
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        template = nnx.to_pure_dict(self.state)
+
+        def back(t, x):
+            if jax.dtypes.issubdtype(t.dtype, jax.dtypes.prng_key):
+                return jax.random.wrap_key_data(jnp.asarray(x), impl=jax.random.key_impl(t))
+            x = np.asarray(x)
+            if x.shape != t.shape:
+                raise RunDirectoryError(f"checkpoint holds an array of shape {x.shape} where the "
+                                        f"config builds {t.shape}")
+            return jnp.asarray(x, dtype=t.dtype)
+
+        restored = jax.tree.map(back, template, _match_keys(template, pure))
+        nnx.replace_by_pure_dict(self.state, restored)
+
+    # --- steps ----------------------------------------------------------------------------------
+    def step(self, batch: Batch):
+        """One optimizer step (asynchronous): returns device scalars ``(loss, correct, weight)``
+        and the per-parameter finiteness of the gradients."""
+        self.state, loss, correct, weight, finite = self._train_step(
+            self.state, batch.inputs, batch.labels, batch.weights)
+        return loss, correct, weight, finite
+
+    def evaluate(self, split: str, num_examples: int, *, length: int | None = None,
+                 batch_size: int | None = None) -> dict:
+        """Metrics of ``split`` (``"valid"``/``"test"``) over ``num_examples`` examples at
+        ``length`` (default the trainer's): ``loss`` (mean cross-entropy of scored positions),
+        the task's metric, ``seq_accuracy`` where the task has it, and accuracy per group."""
+        length = length or self.length
+        bs = batch_size or self.config.batch
+        totals = None
+        for b in self.task.eval_batches(split, length, bs, num_examples):
+            s = self._eval_step(self.state, b.inputs, b.labels, b.weights, b.groups)
+            s = {k: np.asarray(v, np.float64) for k, v in s.items()}
+            totals = s if totals is None else {k: totals[k] + s[k] for k in totals}
+        return summarize(self.task, totals)
+
+
+def _match_keys(template, pure):
+    """``pure`` (from JSON/msgpack: string keys) with the key types of ``template``."""
+    if isinstance(template, dict):
+        out = {}
+        for k, v in template.items():
+            src = pure.get(k, pure.get(str(k))) if isinstance(pure, dict) else None
+            if src is None:
+                raise RunDirectoryError(f"checkpoint lacks the entry {k!r} that the config "
+                                        "builds (another model?)")
+            out[k] = _match_keys(v, src)
+        return out
+    return pure
+
+
+def metric_names(task) -> list[str]:
+    """The metric columns of ``metrics.csv`` after ``loss`` and ``metric``."""
+    names = ["seq_accuracy"] if task.sequence_metric else []
+    return names + [f"acc_{g}" for g in task.groups]
+
+
+def summarize(task, totals) -> dict:
+    """Metrics from the summed statistics of the evaluation batches."""
+    if totals is None:
+        raise ValueError("no evaluation examples")
+    w = totals["weight"]
+    out = {"loss": float(totals["loss"] / w) if w else float("nan")}
+    if task.metric == "bpc":
+        out["metric"] = out["loss"] / np.log(2.0)
+    else:
+        out["metric"] = float(totals["correct"] / w) if w else float("nan")
+    if task.sequence_metric:
+        n = totals["seq_count"]
+        out["seq_accuracy"] = float(totals["seq_correct"] / n) if n else float("nan")
+    for i, g in enumerate(task.groups):
+        n = totals["group_count"][i]
+        out[f"acc_{g}"] = float(totals["group_correct"][i] / n) if n else float("nan")
+        out[f"count_{g}"] = int(n)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the run directory
+# ------------------------------------------------------------------------------------------------
+
+
+def _checkpoints(out):
+    d = os.path.join(out, CHECKPOINT_DIR)
+    if not os.path.isdir(d):
+        return []
+    steps = []
+    for name in os.listdir(d):
+        if name.startswith("step_") and name.endswith(".msgpack"):
+            try:
+                steps.append(int(name[5:-8]))
+            except ValueError:
+                continue
+    return sorted(steps)
+
+
+def _checkpoint_path(out, step):
+    return os.path.join(out, CHECKPOINT_DIR, f"step_{step:08d}.msgpack")
+
+
+def save_checkpoint(out, step, trainer: Trainer, extra: dict, keep: int) -> str:
+    """Write the checkpoint of ``step`` atomically and keep the newest ``keep``."""
+    from flax import serialization
+
+    os.makedirs(os.path.join(out, CHECKPOINT_DIR), exist_ok=True)
+    path = _checkpoint_path(out, step)
+    data = serialization.msgpack_serialize(
+        {"step": int(step), "state": trainer.host_state(), "extra": json.dumps(extra)})
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    for old in _checkpoints(out)[:-keep]:
+        os.remove(_checkpoint_path(out, old))
+    return path
+
+
+def load_checkpoint(out, trainer: Trainer, step: int | None = None):
+    """Restore the newest checkpoint (or ``step``'s) into ``trainer``; returns ``(step,
+    extra)``."""
+    from flax import serialization
+
+    steps = _checkpoints(out)
+    if not steps:
+        raise RunDirectoryError(f"{out} has no checkpoint to resume from")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise RunDirectoryError(f"{out} has no checkpoint of step {step}; it has {steps}")
+    with open(_checkpoint_path(out, step), "rb") as f:
+        try:
+            data = serialization.msgpack_restore(f.read())
+        except (ValueError, TypeError, KeyError, OSError) as e:  # a truncated/foreign file
+            raise RunDirectoryError(
+                f"{_checkpoint_path(out, step)} cannot be read ({type(e).__name__}); delete it "
+                "to resume from the one before, or --force to start over") from None
+    trainer.load_host_state(data["state"])
+    return int(data["step"]), json.loads(data["extra"])
+
+
+class MetricsLog:
+    """``metrics.csv``: step, split, loss, metric and the task's extra columns, one row per
+    evaluation, appended and flushed as it goes."""
+
+    def __init__(self, path, task):
+        self.path = path
+        self.fields = ["step", "split", "loss", "metric"] + metric_names(task)
+
+    def truncate_after(self, step):
+        """Drop rows of steps after ``step`` (a resumed run writes them again)."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, newline="") as f:
+            text = f.read()
+        if text and not text.endswith("\n"):
+            text = text[: text.rfind("\n") + 1]
+        rows = list(csv.DictReader(io.StringIO(text)))
+        keep = [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) <= step]
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(keep)
+        os.replace(tmp, self.path)
+
+    def append(self, step, split, metrics):
+        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=self.fields, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        row = {"step": step, "split": split}
+        row.update({k: _fmt(v) for k, v in metrics.items()})
+        w.writerow(row)
+        with open(self.path, "a", newline="") as f:
+            f.write(buf.getvalue())
+            f.flush()
+
+    def read(self):
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, newline="") as f:
+            return list(csv.DictReader(f))
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.6g}" if np.isfinite(v) else "nan"
+    return v
+
+
+def run_status(out) -> str:
+    """``"empty"`` (missing or empty directory), ``"finished"``, ``"unfinished"`` (a run without
+    ``final.json``) or ``"foreign"`` (other files)."""
+    if not os.path.exists(out):
+        return "empty"
+    if not os.path.isdir(out):
+        raise RunDirectoryError(f"--out {out!r} is a file, not a directory")
+    names = set(os.listdir(out))
+    if not names:
+        return "empty"
+    if "final.json" in names:
+        return "finished"
+    if "config.json" in names:
+        return "unfinished"
+    return "foreign"
+
+
+def _clear_run(out):
+    """Remove the files a run writes (and nothing else)."""
+    for name in ("config.json", "metrics.csv", "final.json"):
+        p = os.path.join(out, name)
+        if os.path.exists(p):
+            os.remove(p)
+    shutil.rmtree(os.path.join(out, CHECKPOINT_DIR), ignore_errors=True)
+
+
+def _config_diff(old: dict, new: dict) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    return [k for k in keys if old.get(k) != new.get(k)
+            and k not in TrainConfig.RESUMABLE_CHANGES]
+
+
+def resolve_config(config: TrainConfig, task) -> TrainConfig:
+    """The config with its length filled in (``file``: the longest example)."""
+    if config.length is None:
+        return config.replace(length=task.max_length())
+    return config
+
+
+def _progress(total, initial, enabled):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr,
+                leave=True)
+
+
+def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = False,
+          progress: bool = True, callback=None) -> dict:
+    """Train ``config`` into the run directory ``out``; returns the contents of ``final.json``.
+
+    ``resume``: continue the run in ``out`` from its newest checkpoint (the config must match,
+    but for :attr:`TrainConfig.RESUMABLE_CHANGES`; a finished run is returned as it is).
+    ``force``: delete the run in ``out`` (its files only) and start over. Without either, a
+    directory that holds a run or other files is refused (:class:`RunDirectoryError`).
+    ``progress``: a tqdm bar with the training loss and the latest validation metric.
+    ``callback(step, row)``: called after each evaluation with the split's metrics (a
+    ``KeyboardInterrupt`` raised there stops the run as an interruption would).
+
+    Raises :class:`TrainingDiverged` when a loss or gradient becomes non-finite (the message
+    names the step and the parameters; the last checkpoint is kept).
+    """
+    task = build_task(config)
+    config = resolve_config(config, task)
+    if task.max_length() is not None and config.length < task.max_length():
+        task.train_batch(np.random.default_rng(0), 1, config.length)  # raises, naming the line
+    status = run_status(out)
+    if status != "empty" and force:
+        _clear_run(out)
+        status = run_status(out)
+    if status == "foreign":
+        raise RunDirectoryError(
+            f"--out {out!r} holds files that are not a training run; choose an empty or new "
+            "directory (or --force, which deletes only a run's own files)")
+    if status in ("finished", "unfinished") and not resume:
+        what = "a finished run" if status == "finished" else "an unfinished run"
+        raise RunDirectoryError(
+            f"--out {out!r} holds {what}; use --resume to continue it"
+            f"{' (nothing to do: it is finished)' if status == 'finished' else ''}, "
+            "--force to start over, or another --out")
+    config_path = os.path.join(out, "config.json")
+    if status in ("finished", "unfinished"):
+        old = _read_json(config_path)["config"]
+        diff = _config_diff(old, config.to_dict())
+        if diff:
+            shown = ", ".join(f"{k}: {old.get(k)!r} there, {config.to_dict().get(k)!r} now"
+                              for k in diff)
+            raise RunDirectoryError(f"--resume: the run in {out!r} has another config ({shown});"
+                                    " use the same settings, --force, or another --out")
+        if status == "finished":
+            return _read_json(os.path.join(out, "final.json"))
+
+    os.makedirs(out, exist_ok=True)
+    trainer = Trainer(config, task)
+    log = MetricsLog(os.path.join(out, "metrics.csv"), task)
+    start, clock = 0, {"wall": 0.0, "train": 0.0, "timed_steps": 0, "compile": None,
+                       "acc": [0.0, 0.0, 0.0, 0]}
+    if status == "unfinished" and _checkpoints(out):
+        start, clock = load_checkpoint(out, trainer)
+        log.truncate_after(start)
+    else:
+        log.truncate_after(-1)
+        _write_json(config_path, {"config": config.to_dict(), "task": task.describe(),
+                                  "parameters": trainer.num_params, "versions": versions(),
+                                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        save_checkpoint(out, 0, trainer, clock, config.keep_checkpoints)
+
+    bar = _progress(config.steps, start, progress)
+    t_session = time.perf_counter()
+    wall0 = clock["wall"]
+    acc = clock["acc"]  # train loss sum, correct, weight, steps since the last evaluation
+    last_valid = valid = None
+    first = True  # this session's first step compiles
+    try:
+        batch = task.train_batch(batch_rng(config.seed, start), config.batch, config.length)
+        for step in range(start, config.steps):
+            t0 = time.perf_counter()
+            loss, correct, weight, finite = trainer.step(batch)
+            if step + 1 < config.steps:  # prepared while the step runs
+                batch = task.train_batch(batch_rng(config.seed, step + 1), config.batch,
+                                         config.length)
+            loss = float(loss)
+            dt = time.perf_counter() - t0
+            if first:
+                first = False
+                if clock["compile"] is None:
+                    clock["compile"] = dt
+            else:
+                clock["train"] += dt
+                clock["timed_steps"] += 1
+            if not np.isfinite(loss) or not _all_true(finite):
+                raise TrainingDiverged(_divergence_message(step + 1, loss, finite, out))
+            acc = [acc[0] + loss, acc[1] + float(correct), acc[2] + float(weight), acc[3] + 1]
+            done = step + 1
+            if bar is not None:
+                bar.update(1)
+                post = {"loss": f"{loss:.3f}"}
+                if last_valid is not None:
+                    post[f"valid_{task.metric}"] = f"{last_valid:.3f}"
+                bar.set_postfix(post, refresh=False)
+            if done % config.eval_every == 0 or done == config.steps:
+                train_row = {"loss": acc[0] / max(acc[3], 1),
+                             "metric": (acc[1] / acc[2]) if acc[2] else float("nan")}
+                if task.metric == "bpc":
+                    train_row["metric"] = train_row["loss"] / np.log(2.0)
+                log.append(done, "train", train_row)
+                valid = trainer.evaluate("valid", config.eval_examples)
+                log.append(done, "valid", valid)
+                last_valid = valid["metric"]
+                acc = [0.0, 0.0, 0.0, 0]
+                if callback is not None:
+                    callback(done, valid)
+            if done % config.checkpoint_every == 0 or done == config.steps:
+                clock["acc"] = acc
+                clock["wall"] = wall0 + time.perf_counter() - t_session
+                save_checkpoint(out, done, trainer, clock, config.keep_checkpoints)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    test = trainer.evaluate("test", config.test_examples)
+    log.append(config.steps, "test", test)
+    wall = wall0 + time.perf_counter() - t_session
+    if valid is None:
+        valid = trainer.evaluate("valid", config.eval_examples)
+    final = {"test": test, "valid": valid,
+             "parameters": trainer.num_params,
+             "steps_per_second": (clock["timed_steps"] / clock["train"]) if clock["train"]
+             else None,
+             "compile_seconds": clock["compile"], "wall_seconds": wall,
+             "attention": attention_summary(trainer.model()), "versions": versions()}
+    _write_json(os.path.join(out, "final.json"), final)
+    return final
+
+
+def _all_true(tree) -> bool:
+    import jax
+
+    return all(bool(x) for x in jax.tree.leaves(tree))
+
+
+def _divergence_message(step, loss, finite, out):
+    import jax
+
+    bad = ["/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+           for path, ok in jax.tree_util.tree_flatten_with_path(finite)[0] if not bool(ok)]
+    what = f"the loss is {loss}" if not np.isfinite(loss) else "the loss is finite"
+    grads = (f"; non-finite gradients of {', '.join(bad[:8])}"
+             + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")) if bad else ""
+    steps = _checkpoints(out)
+    last = f"; the last checkpoint (step {steps[-1]}) is kept" if steps else ""
+    return (f"training stopped at step {step}: {what}{grads}{last}. Lower the learning rate or "
+            "beta, or clip gradients (--clip)")
+
+
+def attention_summary(model) -> list[dict]:
+    """Per layer: the attention's couplings ``w(d)`` per head (None for softmax / J = 0) and
+    chemical potentials."""
+    out = []
+    for block in model.blocks:
+        attn = block.attn
+        c = getattr(attn, "couplings", None)
+        b = getattr(attn, "chemical_potential", None)
+        out.append({
+            "couplings": None if c is None else np.asarray(c[...]).tolist(),
+            "chemical_potential": None if b is None else np.asarray(
+                b[...] if hasattr(b, "__getitem__") else b).tolist()})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# reading runs back
+# ------------------------------------------------------------------------------------------------
+
+
+def load_run(out: str, *, length: int | None = None, step: int | None = None):
+    """The :class:`Trainer` of the run in ``out`` with its newest (or ``step``'s) checkpoint
+    restored; ``length`` builds it for another sequence length (position embeddings permitting).
+    """
+    path = os.path.join(out, "config.json")
+    if not os.path.exists(path):
+        raise RunDirectoryError(f"{out!r} is not a training run (no config.json)")
+    config = TrainConfig.from_dict(_read_json(path)["config"])
+    if length is not None and length != config.length and config.positional == "learned":
+        raise ValueError(
+            f"the run in {out!r} has learned absolute positions for length {config.length}; it "
+            f"cannot be evaluated at length {length} (rope and none positions can)")
+    trainer = Trainer(config, length=length)
+    load_checkpoint(out, trainer, step)
+    return trainer
+
+
+def evaluate_run(out: str, *, length: int | None = None, split: str = "test",
+                 num_examples: int | None = None, step: int | None = None) -> dict:
+    """Metrics of the run in ``out`` (its newest checkpoint) on ``split`` at ``length`` (default
+    the training length); also written to ``out/eval_<split>_L<length>.json``."""
+    trainer = load_run(out, length=length, step=step)
+    L = length or trainer.config.length
+    n = num_examples or (trainer.config.test_examples if split == "test"
+                         else trainer.config.eval_examples)
+    metrics = trainer.evaluate(split, n, length=L)
+    result = {"split": split, "length": L, "examples": n, "step": _checkpoints(out)[-1]
+              if step is None else step, "metrics": metrics}
+    _write_json(os.path.join(out, f"eval_{split}_L{L}.json"), result)
+    return result
