@@ -78,7 +78,7 @@ class CharCorpus:
       name: one of :data:`CORPORA`.
       vocab: tuple of symbols; the index is the token id. text8 and builtin: :data:`TEXT8_VOCAB`
         (27). enwik8: the 256 byte values, shown as ``chr(b)``. ptb: the sorted symbols of the
-        training file and :data:`PTB_EOS` (50 for the distributed files).
+        training file and :data:`PTB_EOS` (50 reported for the distributed files).
       vocab_size: ``len(vocab)``.
       info: JSON-able provenance for a run's ``config.json``: ``name``, ``path``, ``sha256``
         (of the corpus bytes; for ptb of the three files concatenated in split order, each file's
@@ -172,13 +172,23 @@ class _Stream:
         self.where = str(path) if member is None else f"{path} (member {member!r})"
 
     def chunks(self, start: int, stop: int):
-        """``(offset, uint8 array)`` pieces covering bytes ``start .. stop - 1``."""
+        """``(offset, uint8 array)`` pieces covering bytes ``start .. stop - 1``. A piece is valid
+        until the next one is asked for: a raw file is read into one reused buffer (plain reads,
+        not a memory map, so that a pass over the file leaves no mapped pages behind)."""
         if start >= stop:
             return
         if self.member is None:
-            mm = np.memmap(self.path, np.uint8, mode="r")
-            for a in range(start, stop, _CHUNK):
-                yield a, np.asarray(mm[a:min(a + _CHUNK, stop)])
+            buf = np.empty(min(_CHUNK, stop - start), np.uint8)
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                pos = start
+                while pos < stop:
+                    got = f.readinto(memoryview(buf)[:min(_CHUNK, stop - pos)])
+                    if not got:
+                        raise ValueError(f"{self.where} ended at byte {pos:,}; expected "
+                                         f"{self.size:,} bytes (did it change while read?)")
+                    yield pos, buf[:got]
+                    pos += got
             return
         with zipfile.ZipFile(self.path) as zf, zf.open(self.member) as f:
             pos = 0
@@ -269,9 +279,8 @@ def _byte_str(b: int) -> str:
 def _text8_ids(stream: _Stream, offset: int, chunk: np.ndarray, what: str) -> np.ndarray:
     """Token ids of a chunk at ``offset``; ``ValueError`` at its first byte outside text8's."""
     ids = _TEXT8_IDS[chunk]
-    bad = ids == 255
-    if bad.any():
-        i = int(np.argmax(bad))
+    if ids.max() > 26:  # (max: no temporary array)
+        i = int(np.argmax(ids > 26))
         raise ValueError(f"{stream.where} is not {what}: {_byte_str(int(chunk[i]))} at offset "
                          f"{offset + i}; {_TEXT8_HINT}")
     return ids
