@@ -15,11 +15,13 @@ The module and the transformer are loaded on first access (they import flax).
 from ._couplings import KINDS, STRUCTURES, Couplings, CouplingSpec
 from ._function import READOUTS, AttentionInfo, boltzmann_attention
 from ._methods import MAX_EXACT_KEYS, Exact, MeanField, Sampled, Transfer, sampled
+from ._rope import apply_rope
 
 _LAZY = {
     "BoltzmannMultiHeadAttention": "._nnx",
     "TransformerLM": "._transformer",
     "TransformerBlock": "._transformer",
+    "POSITIONAL": "._transformer",
 }
 
 
@@ -34,6 +36,7 @@ def __getattr__(name):
 __all__ = [
     "KINDS",
     "MAX_EXACT_KEYS",
+    "POSITIONAL",
     "READOUTS",
     "STRUCTURES",
     "AttentionInfo",
@@ -46,6 +49,7 @@ __all__ = [
     "Transfer",
     "TransformerBlock",
     "TransformerLM",
+    "apply_rope",
     "boltzmann_attention",
     "sampled",
 ]

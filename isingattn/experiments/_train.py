@@ -13,6 +13,7 @@ resumed from its last checkpoint continues with the numbers the uninterrupted ru
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -219,11 +220,13 @@ class Trainer:
             self.state, batch.inputs, batch.labels, batch.weights)
         return loss, correct, weight, finite
 
-    def evaluate(self, split: str, num_examples: int, *, length: int | None = None,
+    def evaluate(self, split: str, num_examples: int | None, *, length: int | None = None,
                  batch_size: int | None = None) -> dict:
         """Metrics of ``split`` (``"valid"``/``"test"``) over ``num_examples`` examples at
-        ``length`` (default the trainer's): ``loss`` (mean cross-entropy of scored positions),
-        the task's metric, ``seq_accuracy`` where the task has it, and accuracy per group."""
+        ``length`` (default the trainer's; None: the whole split, for tasks that have one):
+        ``loss`` (mean cross-entropy of scored positions), the task's metric, ``seq_accuracy``
+        where the task has it, accuracy per group, and for ``bpc`` tasks ``characters`` (the
+        number of scored characters)."""
         length = length or self.length
         bs = batch_size or self.config.batch
         totals = None
@@ -262,6 +265,7 @@ def summarize(task, totals) -> dict:
     out = {"loss": float(totals["loss"] / w) if w else float("nan")}
     if task.metric == "bpc":
         out["metric"] = out["loss"] / np.log(2.0)
+        out["characters"] = int(w)
     else:
         out["metric"] = float(totals["correct"] / w) if w else float("nan")
     if task.sequence_metric:
@@ -416,6 +420,8 @@ def _clear_run(out):
 
 
 def _config_diff(old: dict, new: dict) -> list[str]:
+    # a field added to TrainConfig after a run was made holds its default there
+    old = {**{f.name: f.default for f in dataclasses.fields(TrainConfig)}, **old}
     keys = sorted(set(old) | set(new))
     return [k for k in keys if old.get(k) != new.get(k)
             and k not in TrainConfig.RESUMABLE_CHANGES]
@@ -443,8 +449,9 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
 
     ``resume``: continue the run in ``out`` from its newest checkpoint (the config must match,
     but for :attr:`TrainConfig.RESUMABLE_CHANGES`; a finished run is returned as it is).
-    ``force``: delete the run in ``out`` (its files only) and start over. Without either, a
-    directory that holds a run or other files is refused (:class:`RunDirectoryError`).
+    ``force``: delete the run in ``out`` (its files only: other files stay) and start over.
+    Without either, a directory that holds a run or other files is refused
+    (:class:`RunDirectoryError`).
     ``progress``: a tqdm bar with the training loss and the latest validation metric.
     ``callback(step, row)``: called after each evaluation with the split's metrics (a
     ``KeyboardInterrupt`` raised there stops the run as an interruption would).
@@ -459,11 +466,11 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     status = run_status(out)
     if status != "empty" and force:
         _clear_run(out)
-        status = run_status(out)
+        status = "empty"  # files that are not the run's stay where they are
     if status == "foreign":
         raise RunDirectoryError(
             f"--out {out!r} holds files that are not a training run; choose an empty or new "
-            "directory (or --force, which deletes only a run's own files)")
+            "directory, or --force to write the run beside them")
     if status in ("finished", "unfinished") and not resume:
         what = "a finished run" if status == "finished" else "an unfinished run"
         raise RunDirectoryError(
@@ -550,11 +557,12 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
         if bar is not None:
             bar.close()
 
-    test = trainer.evaluate("test", config.test_examples)
+    test = trainer.evaluate("test", task.final_eval_examples("test", config.test_examples))
     log.append(config.steps, "test", test)
     wall = wall0 + time.perf_counter() - t_session
-    if valid is None:
-        valid = trainer.evaluate("valid", config.eval_examples)
+    n_valid = task.final_eval_examples("valid", config.eval_examples)
+    if valid is None or n_valid != config.eval_examples:  # e.g. char-lm: the whole split
+        valid = trainer.evaluate("valid", n_valid)
     final = {"test": test, "valid": valid,
              "parameters": trainer.num_params,
              "steps_per_second": (clock["timed_steps"] / clock["train"]) if clock["train"]
@@ -625,11 +633,13 @@ def load_run(out: str, *, length: int | None = None, step: int | None = None):
 def evaluate_run(out: str, *, length: int | None = None, split: str = "test",
                  num_examples: int | None = None, step: int | None = None) -> dict:
     """Metrics of the run in ``out`` (its newest checkpoint) on ``split`` at ``length`` (default
-    the training length); also written to ``out/eval_<split>_L<length>.json``."""
+    the training length) over ``num_examples`` (default: those of the run's final evaluation,
+    :meth:`Task.final_eval_examples`; None there means the whole split); also written to
+    ``out/eval_<split>_L<length>.json``."""
     trainer = load_run(out, length=length, step=step)
     L = length or trainer.config.length
-    n = num_examples or (trainer.config.test_examples if split == "test"
-                         else trainer.config.eval_examples)
+    n = num_examples or trainer.task.final_eval_examples(
+        split, trainer.config.test_examples if split == "test" else trainer.config.eval_examples)
     metrics = trainer.evaluate(split, n, length=L)
     result = {"split": split, "length": L, "examples": n, "step": _checkpoints(out)[-1]
               if step is None else step, "metrics": metrics}
