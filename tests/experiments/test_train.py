@@ -19,8 +19,9 @@ from isingattn.experiments import (
     train,
 )
 
-TINY = dict(task="bracket", length=16, layers=1, d_model=16, heads=2, batch=8, steps=12,
-            eval_every=4, eval_examples=16, test_examples=16, checkpoint_every=4, warmup=2)
+TINY = {"task": "bracket", "length": 16, "layers": 1, "d_model": 16, "heads": 2, "batch": 8,
+        "steps": 12, "eval_every": 4, "eval_examples": 16, "test_examples": 16,
+        "checkpoint_every": 4, "warmup": 2}
 
 
 def rows(path):
