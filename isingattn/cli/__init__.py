@@ -15,6 +15,7 @@ COMMANDS = {
     "compare": "._compare",
     "train": "._train",
     "evaluate": "._evaluate",
+    "generate": "._generate",
 }
 
 

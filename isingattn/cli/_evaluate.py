@@ -20,7 +20,8 @@ def add_parser(sub):
     p.add_argument("--split", choices=("valid", "test"), default="test",
                    help="evaluation split (default: %(default)s)")
     p.add_argument("--examples", type=int, default=None,
-                   help="examples (default: the run's test_examples / eval_examples)")
+                   help="examples (default: the run's test_examples / eval_examples; char-lm: "
+                   "the whole split)")
     p.add_argument("--step", type=int, default=None,
                    help="checkpoint step (default: the newest)")
     p.set_defaults(run=run)
@@ -36,8 +37,10 @@ def run(args):
     res = evaluate_run(args.run_dir, length=args.length, split=args.split,
                        num_examples=args.examples, step=args.step)
     m = res["metrics"]
-    print(f"{args.run_dir}: {res['split']} at length {res['length']} ({res['examples']} "
-          f"examples, checkpoint step {res['step']})")
+    examples = ("the whole split" if res["examples"] is None
+                else f"{res['examples']} examples")
+    print(f"{args.run_dir}: {res['split']} at length {res['length']} ({examples}, checkpoint "
+          f"step {res['step']})")
     for k, v in m.items():
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
     return 0

@@ -8,7 +8,10 @@ holds a run is refused unless --resume or --force.
 
 Tasks: pair-copy (copy the symbol after a marker), bracket (bracket matching: label each closing
 bracket with the type it closes; --bracket-variant balance: classify balanced vs one bracket
-changed), file (sequence labelling from a JSONL file, --data).
+changed), file (sequence labelling from a JSONL file, --data), char-lm (character-level
+language modelling on --corpus builtin, or text8 / enwik8 / ptb read from --data; the metric is
+bits per character, the final valid and test numbers over the whole splits in windows of
+--length characters every --eval-stride; sample text with isingattn generate).
 
 Attention: softmax, or Boltzmann attention with couplings none (J = 0: sigmoid attention), fixed,
 random or learned, structure banded (range --bandwidth, exact by transfer) or relative (up to
@@ -30,13 +33,16 @@ from ..experiments._config import (
     TASKS,
     TrainConfig,
 )
+from ..experiments._corpora import CORPORA
 
 #: (config field, help, choices) of every option; the default comes from TrainConfig.
 OPTIONS = [
     ("task", "the task", TASKS),
     ("data", ("JSONL file of --task file: {\"input\": [...] or \"string\", \"labels\": [int or "
-             "null, ...], \"split\": optional}"), None),
-    ("length", "sequence length (file: default the longest example)", None),
+             "null, ...], \"split\": optional}; char-lm: the text8 / enwik8 file or zip, or "
+             "the ptb directory"), None),
+    ("length", "sequence length (file: default the longest example; char-lm: the context)",
+     None),
     ("bracket_variant", ("bracket: 'match' labels every closing bracket, 'balance' classifies "
                         "whole sequences"), ("match", "balance")),
     ("bracket_types", "bracket: number of bracket types k", None),
@@ -45,6 +51,9 @@ OPTIONS = [
      ("walk", "long")),
     ("num_symbols", "pair-copy: number of symbols", None),
     ("data_seed", "seed of the synthetic valid/test sets", None),
+    ("corpus", "char-lm: the corpus (builtin: docstrings of the installed packages)", CORPORA),
+    ("eval_stride", "char-lm: characters between evaluation windows (default length // 2)",
+     None),
     ("attention", "softmax, or Boltzmann attention with couplings of this kind", ATTENTIONS),
     ("structure", "coupling structure J_jk = w(|j-k|): banded (|j-k| <= bandwidth) or relative",
      EXPERIMENT_STRUCTURES),
@@ -64,6 +73,7 @@ OPTIONS = [
     ("heads", "attention heads", None),
     ("mlp_ratio", "MLP width / d_model", None),
     ("dropout", "dropout rate (embeddings and residual branches)", None),
+    ("tie_embeddings", "char-lm: the output layer reuses the token embeddings", None),
     ("steps", "optimizer steps", None),
     ("batch", "sequences per step", None),
     ("lr", "peak learning rate (AdamW)", None),
@@ -73,8 +83,9 @@ OPTIONS = [
     ("clip", "clip the global gradient norm (0: off)", None),
     ("seed", "seed of the initialization, random couplings and training batches", None),
     ("eval_every", "steps between validation passes", None),
-    ("eval_examples", "validation examples", None),
-    ("test_examples", "test examples", None),
+    ("eval_examples", ("validation examples (char-lm: windows at the start of the valid split, "
+                      "during training; the final numbers cover whole splits)"), None),
+    ("test_examples", "test examples (char-lm: unused, the whole test split)", None),
     ("checkpoint_every", "steps between checkpoints", None),
     ("keep_checkpoints", "checkpoints kept", None),
 ]
@@ -83,6 +94,8 @@ OPTIONS = [
 def _field_type(name):
     f = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
     t = str(f.type)
+    if t == "bool":
+        return bool
     if "int" in t:
         return int
     if "float" in t:
@@ -98,6 +111,10 @@ def add_parser(sub):
     for name, help_, choices in OPTIONS:
         default = getattr(defaults, name)
         shown = "" if default is None else f" (default: {default})"
+        if _field_type(name) is bool:  # --name / --no-name
+            p.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
+                           action=argparse.BooleanOptionalAction, help=help_ + shown)
+            continue
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=_field_type(name),
                        choices=choices, default=None, help=help_ + shown)
     p.add_argument("--out", default=None,

@@ -12,7 +12,7 @@ import math
 from .._validation import check_positive_int
 
 #: Tasks by name (``--task``).
-TASKS = ("pair-copy", "bracket", "file")
+TASKS = ("pair-copy", "bracket", "file", "char-lm")
 #: Attention variants: softmax, and Boltzmann attention with couplings of one kind: ``none``
 #: (``J = 0``: normalized sigmoid attention), ``fixed``, ``random``, ``learned``.
 ATTENTIONS = ("softmax", "none", "fixed", "random", "learned")
@@ -29,10 +29,13 @@ DEFAULT_METHOD = {"banded": "transfer", "relative": "mean_field"}
 class TrainConfig:
     """Everything that defines a training run.
 
-    Task: ``task`` (:data:`TASKS`), ``data`` (the JSONL file of ``file``), ``length`` (the
-    sequence length; None only for ``file``: its longest example), bracket options
+    Task: ``task`` (:data:`TASKS`), ``data`` (the JSONL file of ``file``; the corpus path of
+    ``char-lm`` with corpus text8, enwik8 or ptb), ``length`` (the sequence length, for
+    ``char-lm`` the context; None only for ``file``: its longest example), bracket options
     (``bracket_variant``, ``bracket_types``, ``max_depth``, ``regime``), ``num_symbols`` of
-    pair copy, ``data_seed`` (the evaluation sets).
+    pair copy, ``data_seed`` (the evaluation sets), ``corpus`` of ``char-lm`` (one of
+    :data:`~isingattn.experiments.CORPORA`; ``builtin`` takes no ``data``) and its
+    ``eval_stride`` (characters between evaluation windows; None: ``length // 2``).
 
     Attention: ``attention`` (:data:`ATTENTIONS`), ``structure`` (:data:`EXPERIMENT_STRUCTURES`),
     ``method`` (:data:`METHODS`; None: ``transfer`` for banded, ``mean_field`` for relative),
@@ -43,7 +46,8 @@ class TrainConfig:
     ``beta`` and the initial ``chemical_potential`` (learned per head).
 
     Model: ``positional`` (``learned``, ``rope``, ``none``), ``layers``, ``d_model``, ``heads``,
-    ``mlp_ratio``, ``dropout``.
+    ``mlp_ratio``, ``dropout``, ``tie_embeddings`` (the output layer reuses the token
+    embeddings; ``char-lm`` only).
 
     Optimization: ``steps``, ``batch`` (sequences per step), ``lr`` (AdamW peak),
     ``warmup`` (linear warm-up steps), ``schedule`` (``constant`` or ``cosine`` decay to 0 after
@@ -51,7 +55,9 @@ class TrainConfig:
     initialization, random couplings and the training batches).
 
     Bookkeeping: ``eval_every`` (steps between validation passes), ``eval_examples`` (validation
-    examples), ``test_examples``, ``checkpoint_every``, ``keep_checkpoints``.
+    examples; ``char-lm``: windows at the start of the valid split, scored during training,
+    while the final valid and test numbers cover the whole splits), ``test_examples`` (unused
+    by ``char-lm``), ``checkpoint_every``, ``keep_checkpoints``.
     """
 
     task: str = "bracket"
@@ -63,6 +69,8 @@ class TrainConfig:
     regime: str = "walk"
     num_symbols: int = 6
     data_seed: int = 0
+    corpus: str = "builtin"
+    eval_stride: int | None = None
 
     attention: str = "learned"
     structure: str = "banded"
@@ -79,6 +87,7 @@ class TrainConfig:
     heads: int = 4
     mlp_ratio: int = 4
     dropout: float = 0.0
+    tie_embeddings: bool = False
 
     steps: int = 2000
     batch: int = 32
@@ -116,6 +125,20 @@ class TrainConfig:
             choice("method", METHODS)
         if self.task == "file" and not self.data:
             raise ValueError("task='file' needs data (the path of a JSONL file)")
+        if self.task == "char-lm":
+            from ._corpora import CORPORA
+
+            choice("corpus", CORPORA)
+            if self.corpus == "builtin" and self.data:
+                raise ValueError("the builtin corpus takes no data (it is assembled from the "
+                                 "installed docstrings); data is the corpus path of text8, "
+                                 "enwik8 or ptb")
+            if self.corpus != "builtin" and not self.data:
+                raise ValueError(f"corpus {self.corpus!r} is read from a local path (nothing "
+                                 "is downloaded): give data (--data PATH)")
+        if self.tie_embeddings and self.task != "char-lm":
+            raise ValueError(f"tie_embeddings needs a language model (task 'char-lm', whose "
+                             f"outputs are its inputs' vocabulary); got task {self.task!r}")
         if self.task != "file" and self.length is None:
             raise ValueError(f"task={self.task!r} needs a length")
         if self.length is not None:
@@ -128,6 +151,11 @@ class TrainConfig:
             check_positive_int(name, getattr(self, name), 0)
         if self.max_distance is not None:
             check_positive_int("max_distance", self.max_distance)
+        if self.eval_stride is not None:
+            check_positive_int("eval_stride", self.eval_stride)
+            if self.length is not None and self.eval_stride > self.length:
+                raise ValueError(f"eval_stride must be between 1 and length = {self.length}; "
+                                 f"got {self.eval_stride}")
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads "
                              f"({self.heads})")
@@ -173,6 +201,8 @@ class TrainConfig:
 def build_task(config: TrainConfig):
     """The :class:`~isingattn.experiments.Task` of a config."""
     from ._bracket import BracketTask
+    from ._charlm import CharLMTask
+    from ._corpora import load_corpus
     from ._jsonl import FileTask
     from ._tasks import PairCopyTask
 
@@ -181,6 +211,11 @@ def build_task(config: TrainConfig):
     if config.task == "bracket":
         return BracketTask(config.bracket_variant, config.bracket_types, config.max_depth,
                            config.regime, data_seed=config.data_seed)
+    if config.task == "char-lm":
+        task = CharLMTask(load_corpus(config.corpus, config.data), config.eval_stride,
+                          length=config.length)
+        task.check_length(config.length)
+        return task
     return FileTask(config.data)
 
 
@@ -232,4 +267,5 @@ def build_model(config: TrainConfig, task, *, length: int | None = None):
         task.vocab_size, d_model=config.d_model, num_heads=config.heads,
         num_layers=config.layers, max_length=config.length, mlp_ratio=config.mlp_ratio,
         attention=attention_options(config, L), positional=config.positional,
-        num_outputs=task.num_classes, causal=True, dropout=config.dropout, rngs=rngs)
+        num_outputs=task.num_classes, causal=True, dropout=config.dropout,
+        tie_embeddings=config.tie_embeddings, rngs=rngs)

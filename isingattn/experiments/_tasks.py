@@ -83,6 +83,13 @@ class Task:
         """The longest sequence the task can produce (None: any)."""
         return None
 
+    def final_eval_examples(self, split: str, configured: int) -> int | None:
+        """The examples of ``split`` scored by the final evaluation (the end of training, and
+        :func:`~isingattn.experiments.evaluate_run` by default): ``configured`` (the config's
+        ``eval_examples`` or ``test_examples``), or None for the whole split (tasks whose
+        :meth:`eval_batches` accept None)."""
+        return configured
+
     def describe(self) -> dict:
         """What ``config.json`` records of the task (options, data provenance)."""
         return {"name": self.name}
