@@ -99,6 +99,19 @@ PRESETS = {
     },
 }
 
+#: The inference check (phase ``check``): the relative-learned models of the sweep, trained with
+#: mean field, evaluated on the first ``examples`` test sequences with exact enumeration (short
+#: lengths) and with Gibbs sampling, against mean field on the same sequences. Its own table
+#: (``inference_check.csv``), so that it can be added to a sweep without touching its protocol.
+CHECKS = {
+    "full": {"exact_lengths": [16], "gibbs_lengths": [16, 64], "examples": 256,
+             "gibbs": {"num_samples": 128, "backend_options": {"num_burnin": 50}}},
+    "quick": {"exact_lengths": [12], "gibbs_lengths": [12], "examples": 8,
+              "gibbs": {"num_samples": 8, "backend_options": {"num_burnin": 5}}},
+}
+CHECK_FIELDS = ["variant", "length", "seed", "method", "examples", "accuracy", "loss",
+                "mean_field_accuracy", "mean_field_loss"]
+
 FIELDS = ["phase", "variant", "attention", "structure", "length", "seed", "positional",
           "bandwidth", "method", "lr", "chemical_potential", "beta", "test_accuracy",
           "test_seq_accuracy", "test_loss", "valid_accuracy", "acc_d1-3", "acc_d4-15",
@@ -262,6 +275,50 @@ def run_phase(name, points, table, P, args):
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
+def run_checks(table, check_table, P, C, args):
+    """Evaluate the finished relative-learned sweep runs with exact / Gibbs inference."""
+    from isingattn.experiments import evaluate_run
+
+    todo = []
+    for r in table.rows:
+        if r["phase"] != "sweep" or r["variant"] != "relative-learned":
+            continue
+        methods = (["exact"] if r["length"] in C["exact_lengths"] else []) + (
+            ["sampled:gibbs"] if r["length"] in C["gibbs_lengths"] else [])
+        for m in methods:
+            if (r["length"], r["seed"], m) not in check_table.done:
+                todo.append((r, m))
+    if todo:
+        print(f"check: {len(todo)} evaluations to run", file=sys.stderr)
+    for r, m in todo:
+        p = Point("sweep", r["variant"], r["length"], r["seed"], r["lr"],
+                  r["chemical_potential"], bandwidth=r["bandwidth"])
+        run_dir = os.path.join(args.runs, p.name)
+        n = C["examples"]
+        ref = evaluate_run(run_dir, num_examples=n, overrides={"method": "mean_field"})
+        over = {"method": m}
+        if m.startswith("sampled:"):
+            over.update(C["gibbs"])
+        got = evaluate_run(run_dir, num_examples=n, overrides=over)
+        row = {"variant": r["variant"], "length": r["length"], "seed": r["seed"], "method": m,
+               "examples": n, "accuracy": got["metrics"]["metric"],
+               "loss": got["metrics"]["loss"],
+               "mean_field_accuracy": ref["metrics"]["metric"],
+               "mean_field_loss": ref["metrics"]["loss"]}
+        check_table.append(row)
+        print(f"[check] L={r['length']} seed={r['seed']} {m}: accuracy {row['accuracy']:.4f} "
+              f"vs mean field {row['mean_field_accuracy']:.4f}", file=sys.stderr, flush=True)
+
+
+def parse_check(r):
+    out = dict(r)
+    for k in ("length", "seed", "examples"):
+        out[k] = int(r[k])
+    for k in ("accuracy", "loss", "mean_field_accuracy", "mean_field_loss"):
+        out[k] = float(r[k])
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # report
 # ------------------------------------------------------------------------------------------------
@@ -354,6 +411,15 @@ def markdown(S):
         if t:
             grid = ", ".join(f"{k}: {a:.3f}" for k, a in t["valid_accuracy"].items())
             lines.append(f"| {v} | lr={t['lr']:g}, b0={t['chemical_potential']:g} | {grid} |")
+    if S.get("checks"):
+        lines += ["", ("### Inference check: relative-learned models (trained with mean field) "
+                  "evaluated with another method on the same test sequences"), "",
+                  "| L | seed | method | accuracy | mean-field accuracy | loss | mean-field loss |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in sorted(S["checks"], key=lambda c: (c["length"], c["method"], c["seed"])):
+            lines.append(f"| {c['length']} | {c['seed']} | {c['method']} | {c['accuracy']:.4f} "
+                         f"| {c['mean_field_accuracy']:.4f} | {c['loss']:.4f} | "
+                         f"{c['mean_field_loss']:.4f} |")
     extra = S["extra"]
     if extra:
         lines += ["", "### Extra points (test accuracy; mean over seeds)", "",
@@ -474,10 +540,11 @@ def plot(S, rows, couplings, out):
         plt.close(fig)
 
 
-def report(table, P, out):
+def report(table, P, out, checks=()):
     rows = table.rows
     tuned = tuned_settings(rows, P)
     S = summarize(rows, P, tuned)
+    S["checks"] = list(checks)
     write_json(os.path.join(out, "summary.json"), _jsonable(S))
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(markdown(S))
@@ -495,7 +562,7 @@ def main(argv=None):
                     help="folder of the run directories (default: OUT/runs; not committed)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny settings (under a minute): checks the pipeline, not the outcome")
-    ap.add_argument("--phases", default="tune,sweep,extra",
+    ap.add_argument("--phases", default="tune,sweep,extra,check",
                     help="comma-separated phases to run (default: %(default)s)")
     ap.add_argument("--report", action="store_true",
                     help="only write the summary and plots from the table")
@@ -513,9 +580,10 @@ def main(argv=None):
     if not args.report:
         enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
         phases = args.phases.split(",")
-        unknown = set(phases) - {"tune", "sweep", "extra"}
+        unknown = set(phases) - {"tune", "sweep", "extra", "check"}
         if unknown:
-            raise SystemExit(f"--phases: unknown {sorted(unknown)}; valid: tune, sweep, extra")
+            raise SystemExit(f"--phases: unknown {sorted(unknown)}; valid: tune, sweep, extra, "
+                             "check")
         if "tune" in phases:
             run_phase("tune", list(tune_points(P)), table, P, args)
         tuned = tuned_settings(table.rows, P)
@@ -527,7 +595,14 @@ def main(argv=None):
             run_phase("sweep", list(sweep_points(P, tuned)), table, P, args)
         if "extra" in phases:
             run_phase("extra", list(extra_points(P, tuned)), table, P, args)
-    report(table, P, args.out)
+    C = CHECKS[preset]
+    check_table = ResultsTable(os.path.join(args.out, "inference_check.csv"), CHECK_FIELDS,
+                               lambda r: (r["length"], r["seed"], r["method"]),
+                               settings=None if args.report else {"preset": preset, **C},
+                               parse=parse_check, fresh=args.fresh)
+    if not args.report and "check" in phases:
+        run_checks(table, check_table, P, C, args)
+    report(table, P, args.out, check_table.rows)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,8 @@ def test_bracket_matching_quick_runs_every_phase_and_resumes(tmp_path):
     for name in ("summary.json", "summary.md", "accuracy_vs_length.png",
                  "differences_vs_length.png", "learned_couplings.png", "couplings.json"):
         assert (out / name).exists(), name
+    checks = read_rows(out / "inference_check.csv")  # relative-learned at L = 12 re-evaluated
+    assert sorted(r["method"] for r in checks) == ["exact", "sampled:gibbs"]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["differences"]) >= {"banded-learned - softmax", "banded-learned - none"}
     assert "Paired differences" in proc.stdout

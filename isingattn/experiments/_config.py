@@ -19,8 +19,10 @@ ATTENTIONS = ("softmax", "none", "fixed", "random", "learned")
 #: Coupling structures of the experiments (``J_jk = w(|j - k|)``): ``banded`` (``|j - k| <= r``,
 #: exact by ``transfer``) and long-range ``relative`` (up to ``max_distance``).
 EXPERIMENT_STRUCTURES = ("banded", "relative")
-#: Inference methods by name (``--method``).
+#: Inference methods by name (``--method``); also ``sampled:<backend>`` with a backend of
+#: :data:`isingattn.samplers.BACKENDS` (statistics from ``num_samples`` draws).
 METHODS = ("exact", "transfer", "mean_field", "tap")
+SAMPLED_PREFIX = "sampled:"
 SCHEDULES = ("constant", "cosine")
 DEFAULT_METHOD = {"banded": "transfer", "relative": "mean_field"}
 
@@ -38,7 +40,9 @@ class TrainConfig:
     ``eval_stride`` (characters between evaluation windows; None: ``length // 2``).
 
     Attention: ``attention`` (:data:`ATTENTIONS`), ``structure`` (:data:`EXPERIMENT_STRUCTURES`),
-    ``method`` (:data:`METHODS`; None: ``transfer`` for banded, ``mean_field`` for relative),
+    ``method`` (:data:`METHODS` or ``sampled:<backend>``; None: ``transfer`` for banded,
+    ``mean_field`` for relative), ``num_samples`` and ``backend_options`` of a sampled method
+    (options that the backend's constructor takes go there, the others to its ``sample``),
     ``bandwidth`` ``r`` (banded), ``max_distance`` (relative; None: ``length - 1``),
     ``coupling_scale`` ``kappa`` (fixed: ``w(d) = kappa / D`` for ``d = 1..D``; random:
     ``w(d) ~ Normal(0, kappa^2 / D)``, drawn once from the seed; ``D`` = ``r`` or
@@ -75,6 +79,8 @@ class TrainConfig:
     attention: str = "learned"
     structure: str = "banded"
     method: str | None = None
+    num_samples: int = 64
+    backend_options: dict = dataclasses.field(default_factory=dict)
     bandwidth: int = 4
     max_distance: int | None = None
     coupling_scale: float = 1.0
@@ -121,8 +127,22 @@ class TrainConfig:
         choice("structure", EXPERIMENT_STRUCTURES)
         choice("positional", POSITIONAL)
         choice("schedule", SCHEDULES)
-        if self.method is not None:
-            choice("method", METHODS)
+        if (self.method is not None and not self.method.startswith(SAMPLED_PREFIX)
+                and self.method not in METHODS):
+            raise ValueError(
+                    f"method must be one of {', '.join(map(repr, METHODS))} or "
+                    f"'sampled:<backend>'; got {self.method!r}")
+        if self.method is not None and self.method.startswith(SAMPLED_PREFIX):
+            from ..samplers import BACKENDS
+
+            name = self.method[len(SAMPLED_PREFIX):]
+            if name not in BACKENDS:
+                raise ValueError(f"method {self.method!r}: unknown backend {name!r}; valid: "
+                                 f"{', '.join(BACKENDS)}")
+        check_positive_int("num_samples", self.num_samples, 2)
+        if not isinstance(self.backend_options, dict):
+            raise TypeError(f"backend_options must be a dict; got "
+                            f"{type(self.backend_options).__name__}")
         if self.task == "file" and not self.data:
             raise ValueError("task='file' needs data (the path of a JSONL file)")
         if self.task == "char-lm":
@@ -241,11 +261,29 @@ def coupling_spec(config: TrainConfig):
     return CouplingSpec("learned", config.structure, init=0.0, **sizes)
 
 
+def build_method(config: TrainConfig):
+    """The inference method of a config: a name of :data:`METHODS`, or for
+    ``sampled:<backend>`` a :func:`~isingattn.attention.sampled` method whose backend is built
+    with the ``backend_options`` its constructor takes (the others go to its ``sample``)."""
+    method = config.resolved_method
+    if not method.startswith(SAMPLED_PREFIX):
+        return method
+    from ..attention import sampled
+    from ..samplers import BACKENDS
+
+    cls = BACKENDS[method[len(SAMPLED_PREFIX):]]
+    fields = ({f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls)
+              else set())
+    init = {k: v for k, v in config.backend_options.items() if k in fields}
+    rest = {k: v for k, v in config.backend_options.items() if k not in fields}
+    return sampled(cls(**init), config.num_samples, **rest)
+
+
 def attention_options(config: TrainConfig, length: int):
     """The ``attention`` argument of :class:`~isingattn.attention.TransformerLM`."""
     if config.attention == "softmax":
         return "softmax"
-    method = config.resolved_method
+    method = build_method(config)
     if method == "exact" and length > 16:
         raise ValueError(f"method='exact' enumerates 2^S patterns and supports length <= 16; "
                          f"got length {length}")

@@ -192,8 +192,9 @@ class Trainer:
 
         return jax.tree.map(to_host, nnx.to_pure_dict(self.state))
 
-    def load_host_state(self, pure: dict) -> None:
-        """Restore :meth:`host_state` output (shapes and dtypes must match this config)."""
+    def load_host_state(self, pure: dict, *, allow_new_rngs: bool = False) -> None:
+        """Restore :meth:`host_state` output (shapes and dtypes must match this config;
+        ``allow_new_rngs``: random-number streams the state lacks keep their fresh values)."""
         import jax
         import jax.numpy as jnp
         from flax import nnx
@@ -209,7 +210,8 @@ class Trainer:
                                         f"config builds {t.shape}")
             return jnp.asarray(x, dtype=t.dtype)
 
-        restored = jax.tree.map(back, template, _match_keys(template, pure))
+        matched = _match_keys(template, pure, allow_new_rngs)
+        restored = jax.tree.map(lambda t, x: t if x is t else back(t, x), template, matched)
         nnx.replace_by_pure_dict(self.state, restored)
 
     # --- steps ----------------------------------------------------------------------------------
@@ -237,16 +239,21 @@ class Trainer:
         return summarize(self.task, totals)
 
 
-def _match_keys(template, pure):
-    """``pure`` (from JSON/msgpack: string keys) with the key types of ``template``."""
+def _match_keys(template, pure, allow_new_rngs=False):
+    """``pure`` (from msgpack: string keys) with the key types of ``template``. With
+    ``allow_new_rngs``, random-number streams that the checkpoint lacks (a stochastic inference
+    method evaluating a deterministically trained model) keep the template's fresh state."""
     if isinstance(template, dict):
         out = {}
         for k, v in template.items():
             src = pure.get(k, pure.get(str(k))) if isinstance(pure, dict) else None
             if src is None:
+                if allow_new_rngs and k == "rngs":
+                    out[k] = v
+                    continue
                 raise RunDirectoryError(f"checkpoint lacks the entry {k!r} that the config "
                                         "builds (another model?)")
-            out[k] = _match_keys(v, src)
+            out[k] = _match_keys(v, src, allow_new_rngs)
         return out
     return pure
 
@@ -320,9 +327,10 @@ def save_checkpoint(out, step, trainer: Trainer, extra: dict, keep: int) -> str:
     return path
 
 
-def load_checkpoint(out, trainer: Trainer, step: int | None = None):
+def load_checkpoint(out, trainer: Trainer, step: int | None = None, *,
+                    allow_new_rngs: bool = False):
     """Restore the newest checkpoint (or ``step``'s) into ``trainer``; returns ``(step,
-    extra)``."""
+    extra)``. ``allow_new_rngs``: see :meth:`Trainer.load_host_state`."""
     from flax import serialization
 
     steps = _checkpoints(out)
@@ -338,7 +346,7 @@ def load_checkpoint(out, trainer: Trainer, step: int | None = None):
             raise RunDirectoryError(
                 f"{_checkpoint_path(out, step)} cannot be read ({type(e).__name__}); delete it "
                 "to resume from the one before, or --force to start over") from None
-    trainer.load_host_state(data["state"])
+    trainer.load_host_state(data["state"], allow_new_rngs=allow_new_rngs)
     return int(data["step"]), json.loads(data["extra"])
 
 
@@ -613,35 +621,54 @@ def attention_summary(model) -> list[dict]:
 # ------------------------------------------------------------------------------------------------
 
 
-def load_run(out: str, *, length: int | None = None, step: int | None = None):
+#: Config fields that :func:`load_run` may override: they change how the trained model is
+#: evaluated, not its parameters (e.g. mean-field couplings evaluated by exact enumeration).
+EVAL_OVERRIDES = ("method", "num_samples", "backend_options", "eval_examples",
+                  "test_examples", "batch")
+
+
+def load_run(out: str, *, length: int | None = None, step: int | None = None,
+             overrides: dict | None = None):
     """The :class:`Trainer` of the run in ``out`` with its newest (or ``step``'s) checkpoint
-    restored; ``length`` builds it for another sequence length (position embeddings permitting).
-    """
+    restored; ``length`` builds it for another sequence length (position embeddings permitting);
+    ``overrides``: config fields of :data:`EVAL_OVERRIDES` to change (e.g. another inference
+    method)."""
     path = os.path.join(out, "config.json")
     if not os.path.exists(path):
         raise RunDirectoryError(f"{out!r} is not a training run (no config.json)")
     config = TrainConfig.from_dict(_read_json(path)["config"])
+    if overrides:
+        bad = sorted(set(overrides) - set(EVAL_OVERRIDES))
+        if bad:
+            raise ValueError(f"overrides may change {', '.join(EVAL_OVERRIDES)}; got {bad}")
+        config = config.replace(**overrides)
     if length is not None and length != config.length and config.positional == "learned":
         raise ValueError(
             f"the run in {out!r} has learned absolute positions for length {config.length}; it "
             f"cannot be evaluated at length {length} (rope and none positions can)")
     trainer = Trainer(config, length=length)
-    load_checkpoint(out, trainer, step)
+    load_checkpoint(out, trainer, step, allow_new_rngs=bool(overrides))
     return trainer
 
 
 def evaluate_run(out: str, *, length: int | None = None, split: str = "test",
-                 num_examples: int | None = None, step: int | None = None) -> dict:
+                 num_examples: int | None = None, step: int | None = None,
+                 overrides: dict | None = None) -> dict:
     """Metrics of the run in ``out`` (its newest checkpoint) on ``split`` at ``length`` (default
     the training length) over ``num_examples`` (default: those of the run's final evaluation,
     :meth:`Task.final_eval_examples`; None there means the whole split); also written to
-    ``out/eval_<split>_L<length>.json``."""
-    trainer = load_run(out, length=length, step=step)
+    ``out/eval_<split>_L<length>.json`` (``..._<method>.json`` when ``overrides`` changes the
+    inference method, :func:`load_run`)."""
+    trainer = load_run(out, length=length, step=step, overrides=overrides)
     L = length or trainer.config.length
     n = num_examples or trainer.task.final_eval_examples(
         split, trainer.config.test_examples if split == "test" else trainer.config.eval_examples)
     metrics = trainer.evaluate(split, n, length=L)
     result = {"split": split, "length": L, "examples": n, "step": _checkpoints(out)[-1]
               if step is None else step, "metrics": metrics}
-    _write_json(os.path.join(out, f"eval_{split}_L{L}.json"), result)
+    tag = ""
+    if overrides and "method" in overrides:
+        tag = "_" + trainer.config.resolved_method.replace(":", "-")
+        result["method"] = trainer.config.resolved_method
+    _write_json(os.path.join(out, f"eval_{split}_L{L}{tag}.json"), result)
     return result
