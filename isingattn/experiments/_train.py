@@ -3,7 +3,8 @@
 ``OUT/config.json`` (the :class:`TrainConfig`, the task's description, versions),
 ``OUT/metrics.csv`` (one row per evaluation and split, appended as it goes), ``OUT/checkpoints/``
 (model and optimizer state every ``checkpoint_every`` steps and at the end) and ``OUT/final.json``
-(test metrics, parameter count, steps/s, compile and wall time, final couplings, versions).
+(test metrics, parameter count, steps/s, compile, wall and final-evaluation time, final
+couplings, versions).
 
 Training batches depend on ``(seed, step)`` alone and the state is restored exactly, so a run
 resumed from its last checkpoint continues with the numbers the uninterrupted run would have had
@@ -565,17 +566,19 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
         if bar is not None:
             bar.close()
 
+    t_eval = time.perf_counter()
     test = trainer.evaluate("test", task.final_eval_examples("test", config.test_examples))
     log.append(config.steps, "test", test)
-    wall = wall0 + time.perf_counter() - t_session
     n_valid = task.final_eval_examples("valid", config.eval_examples)
     if valid is None or n_valid != config.eval_examples:  # e.g. char-lm: the whole split
         valid = trainer.evaluate("valid", n_valid)
+    wall = wall0 + time.perf_counter() - t_session
     final = {"test": test, "valid": valid,
              "parameters": trainer.num_params,
              "steps_per_second": (clock["timed_steps"] / clock["train"]) if clock["train"]
              else None,
              "compile_seconds": clock["compile"], "wall_seconds": wall,
+             "final_eval_seconds": time.perf_counter() - t_eval,
              "attention": attention_summary(trainer.model()), "versions": versions()}
     _write_json(os.path.join(out, "final.json"), final)
     return final
