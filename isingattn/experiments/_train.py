@@ -488,7 +488,8 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
             "--force to start over, or another --out")
     config_path = os.path.join(out, "config.json")
     if status in ("finished", "unfinished"):
-        old = _read_json(config_path)["config"]
+        # fields added to TrainConfig since the run was made take their defaults
+        old = TrainConfig.from_dict(_read_json(config_path)["config"]).to_dict()
         diff = _config_diff(old, config.to_dict())
         if diff:
             shown = ", ".join(f"{k}: {old.get(k)!r} there, {config.to_dict().get(k)!r} now"

@@ -58,6 +58,10 @@ def test_a_run_directory_and_an_interrupted_run_resumed_bit_for_bit(tmp_path):
         train(cfg, str(b), progress=False)
     with pytest.raises(RunDirectoryError, match=r"another config \(lr: 0.001 there, 0.002 now\)"):
         train(cfg.replace(lr=2e-3), str(b), resume=True, progress=False)
+    # a run made before a config field existed resumes (the field takes its default)
+    conf_b = json.loads((b / "config.json").read_text())
+    del conf_b["config"]["tie_embeddings"]
+    (b / "config.json").write_text(json.dumps(conf_b))
     resumed = train(cfg, str(b), resume=True, progress=False)  # from step 4's checkpoint
     assert (b / "metrics.csv").read_text() == (a / "metrics.csv").read_text()  # bit for bit
     assert resumed["test"]["loss"] == full["test"]["loss"]
