@@ -15,7 +15,8 @@ resumes from its checkpoint; a finished one is read back):
 1. ``tune``: the same small grid per variant (learning rate; for Boltzmann attention also the
    initial chemical potential) at the tuning context with a seed the sweep does not use; the
    lowest whole-split validation BPC picks each variant's settings.
-2. ``sweep``: every variant at every context, over the seeds (seed by seed).
+2. ``sweep``: every variant at every context, over the seeds (seed by seed); the relative
+   (mean-field) variants at ``relative_contexts`` only (``--relative-contexts`` adds more).
 3. ``extra``: banded learned couplings with a larger range r at some contexts.
 
 The metric is bits per character on the whole test split (and valid), read at the last step,
@@ -70,7 +71,9 @@ PRESETS = {
     "full": {
         "corpus": "builtin", "variants": list(VARIANTS),
         "banded_method": "transfer", "relative_method": "mean_field",
-        "contexts": [64, 128, 256], "seeds": [0, 1, 2],
+        # mean field on long-range couplings costs 5-20x a banded run (timing pilots, see the
+        # results page): the relative variants run at the tuning context only
+        "contexts": [64, 128, 256], "relative_contexts": [64], "seeds": [0, 1, 2],
         "tokens_per_step": 2048, "steps": 1500, "warmup": 100,
         "layers": 2, "d_model": 64, "heads": 2, "mlp_ratio": 4, "bandwidth": 4,
         "dropout": 0.0, "weight_decay": 0.0, "clip": 1.0, "tie_embeddings": True,
@@ -80,14 +83,14 @@ PRESETS = {
         "tune_softmax": [{"lr": lr} for lr in (1e-3, 2e-3, 4e-3, 8e-3)],
         "tune_boltzmann": [{"lr": lr, "chemical_potential": b}
                            for lr in (2e-3, 4e-3) for b in (0.0, -2.0)],
-        "extra_bandwidth": 8, "extra_contexts": [64, 256],
+        "extra_bandwidth": 8, "extra_contexts": [128],
         "sample_prompt": "the function returns ", "sample_length": 300,
         "sample_temperature": 0.8,
     },
     "quick": {
         "corpus": "quick", "variants": ["softmax", "banded-learned", "relative-learned"],
         "banded_method": "exact", "relative_method": "exact",
-        "contexts": [8, 12], "seeds": [0],
+        "contexts": [8, 12], "relative_contexts": [8, 12], "seeds": [0],
         "tokens_per_step": 64, "steps": 6, "warmup": 2,
         "layers": 1, "d_model": 16, "heads": 2, "mlp_ratio": 2, "bandwidth": 2,
         "dropout": 0.0, "weight_decay": 0.0, "clip": 1.0, "tie_embeddings": True,
@@ -146,8 +149,8 @@ def _grid(P, variant):
     return P["tune_softmax"] if variant == "softmax" else P["tune_boltzmann"]
 
 
-def tune_points(P):
-    for v in P["variants"]:
+def tune_points(P, variants):
+    for v in variants:
         for g in _grid(P, v):
             yield Point("tune", v, P["tune_context"], P["tune_seed"], g["lr"],
                         g.get("chemical_potential", 0.0), P["bandwidth"])
@@ -170,16 +173,21 @@ def tuned_settings(rows, P):
     return out
 
 
-def sweep_points(P, tuned):
-    """Seed by seed (every context of a seed before the next seed)."""
+def sweep_points(P, tuned, relative_contexts, variants):
+    """Seed by seed (every context of a seed before the next seed); the relative variants at
+    ``relative_contexts`` only."""
     for s in P["seeds"]:
         for L in P["contexts"]:
-            for v in P["variants"]:
+            for v in variants:
+                if v.startswith("relative") and L not in relative_contexts:
+                    continue
                 t = tuned[v]
                 yield Point("sweep", v, L, s, t["lr"], t["chemical_potential"], P["bandwidth"])
 
 
-def extra_points(P, tuned):
+def extra_points(P, tuned, variants):
+    if "banded-learned" not in variants:
+        return
     t = tuned["banded-learned"]
     for s in P["seeds"]:
         for L in P["extra_contexts"]:
@@ -614,6 +622,14 @@ def main(argv=None):
     ap.add_argument("--report", action="store_true",
                     help="only write the summary, samples and plots from the table")
     ap.add_argument("--fresh", action="store_true", help="start the table over")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated variants to run (default: all of the preset's, in "
+                    "its order); e.g. the cheap ones first, the mean-field ones in a later "
+                    "session")
+    ap.add_argument("--relative-contexts", default=None,
+                    help="comma-separated contexts of the relative (mean-field) variants "
+                    "(default: the preset's; more contexts add points without changing any, so "
+                    "the table resumes)")
     ap.add_argument("--cache", default=None,
                     help="persistent compilation cache folder (default: RUNS/.jax_cache)")
     args = ap.parse_args(argv)
@@ -621,8 +637,11 @@ def main(argv=None):
     P = PRESETS[preset]
     os.makedirs(args.out, exist_ok=True)
     args.runs = args.runs or os.path.join(args.out, "runs")
+    relative_contexts = (P["relative_contexts"] if args.relative_contexts is None
+                         else [int(x) for x in args.relative_contexts.split(",")])
+    settings = {"preset": preset, **{k: v for k, v in P.items() if k != "relative_contexts"}}
     table = ResultsTable(os.path.join(args.out, "char_lm.csv"), FIELDS, row_key,
-                         settings=None if args.report else {"preset": preset, **P},
+                         settings=None if args.report else settings,
                          parse=parse_row, fresh=args.fresh)
     if not args.report:
         enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
@@ -630,19 +649,25 @@ def main(argv=None):
         unknown = set(phases) - {"tune", "sweep", "extra"}
         if unknown:
             raise SystemExit(f"--phases: unknown {sorted(unknown)}; valid: tune, sweep, extra")
+        variants = P["variants"] if args.variants is None else args.variants.split(",")
+        if set(variants) - set(P["variants"]):
+            raise SystemExit(f"--variants: unknown {sorted(set(variants) - set(P['variants']))}"
+                             f"; valid: {', '.join(P['variants'])}")
+        variants = [v for v in P["variants"] if v in variants]
         data = (quick_corpus(os.path.join(args.runs, "quick-corpus"))
                 if P["corpus"] == "quick" else None)
         if "tune" in phases:
-            run_phase("tune", list(tune_points(P)), table, P, args, data)
+            run_phase("tune", list(tune_points(P, variants)), table, P, args, data)
         tuned = tuned_settings(table.rows, P)
-        missing = [v for v, t in tuned.items() if t is None]
+        missing = [v for v in variants if tuned[v] is None]
         if missing and ({"sweep", "extra"} & set(phases)):
             raise SystemExit(f"the tuning phase is not complete (variants {missing}): run "
                              "--phases tune first")
         if "sweep" in phases:
-            run_phase("sweep", list(sweep_points(P, tuned)), table, P, args, data)
+            run_phase("sweep", list(sweep_points(P, tuned, relative_contexts, variants)), table,
+                      P, args, data)
         if "extra" in phases:
-            run_phase("extra", list(extra_points(P, tuned)), table, P, args, data)
+            run_phase("extra", list(extra_points(P, tuned, variants)), table, P, args, data)
     report(table, P, args)
 
 
