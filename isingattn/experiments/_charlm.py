@@ -33,8 +33,9 @@ class CharLMTask(Task):
 
     Args:
       corpus: the corpus (:func:`~isingattn.experiments.load_corpus`); its splits are read when
-        needed: the train split once, at the first training batch, and kept; valid and test at
-        every evaluation, not kept (the periodic validation keeps only the prefix it scores).
+        needed: the train split at the first training batch, kept until a whole-split
+        evaluation (the end of training) lets it go; valid and test at every evaluation, not
+        kept (the periodic validation keeps only the prefix it scores).
       eval_stride: characters between evaluation windows (``1 <= stride <= L``); None:
         ``L // 2`` (at least 1) for windows of ``L`` characters. Every scored character sees at
         least ``L - stride`` characters of context; evaluation costs about ``L / stride``
@@ -89,6 +90,7 @@ class CharLMTask(Task):
 
     def _tokens(self, split, length, num_examples):
         if num_examples is None:
+            self._train = None  # one large split in memory at a time (read again if needed)
             return self.corpus.split(split)
         n = check_positive_int("num_examples", num_examples)
         size = (n - 1) * self.stride(length) + length + 1
