@@ -1,9 +1,9 @@
 """``isingattn generate RUN_DIR``: continue a prompt with a character-level language model.
 
-RUN_DIR is a run of ``isingattn train --task char-lm``; its newest checkpoint (or --step's) and
+RUN_DIR is a run of isingattn train --task char-lm; its newest checkpoint (or --step's) and
 config.json are read, not the corpus. Each new character is sampled from the model's next-
-character distribution divided by --temperature (0: the most probable one), optionally among the
---top-k most probable. There is no key/value cache yet: every character recomputes the forward
+character distribution with the logits divided by --temperature (0: the most probable one),
+optionally among the --top-k most probable. There is no key/value cache yet: every character recomputes the forward
 pass over the last L characters (L the training context). Prints the prompt and its
 continuation; the same run, prompt, settings and --seed print the same text.
 """
