@@ -46,7 +46,8 @@ class TrainConfig:
     ``bandwidth`` ``r`` (banded), ``max_distance`` (relative; None: ``length - 1``),
     ``coupling_scale`` ``kappa`` (fixed: ``w(d) = kappa / D`` for ``d = 1..D``; random:
     ``w(d) ~ Normal(0, kappa^2 / D)``, drawn once from the seed; ``D`` = ``r`` or
-    ``max_distance``, so both have total strength about ``kappa``; learned couplings start at 0),
+    ``max_distance``: ``sum_d w(d) = kappa`` and ``E sum_d w(d)^2 = kappa^2``; learned couplings
+    start at 0),
     ``beta`` and the initial ``chemical_potential`` (learned per head).
 
     Model: ``positional`` (``learned``, ``rope``, ``none``), ``layers``, ``d_model``, ``heads``,
