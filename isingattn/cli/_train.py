@@ -62,7 +62,7 @@ OPTIONS = [
     ("bandwidth", "banded coupling range r", None),
     ("max_distance", ("relative couplings: largest distance with its own weight (default "
                      "length - 1)"), None),
-    ("coupling_scale", ("total strength kappa of fixed (w = kappa/D) and random (std "
+    ("coupling_scale", ("scale kappa of fixed (w = kappa/D) and random (std "
                        "kappa/sqrt(D)) couplings"), None),
     ("beta", "inverse temperature of the attention's Ising models", None),
     ("chemical_potential", "initial chemical potential b (learned per head)", None),
