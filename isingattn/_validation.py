@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import jax
@@ -28,6 +29,49 @@ def check_finite(name: str, value) -> None:
         raise ValueError(
             f"{name} must be finite; found {arr[tuple(bad)] if arr.ndim else arr}{where}"
         )
+
+
+def normalize_key(key, name: str = "key"):
+    """Return ``key`` as a typed JAX PRNG key (``jax.random.key``), or raise a ``TypeError``
+    naming ``name``.
+
+    The one place keys enter the library: typed keys pass through; raw ``uint32`` key data of the
+    default implementation (``jax.random.PRNGKey(0)``, what most JAX, numpyro and flax code still
+    passes) is wrapped once here, so both spellings of a seed give the same samples. Works on
+    traced keys inside ``jit``. A batch of keys is refused (split it yourself).
+    """
+    if isinstance(key, np.ndarray) and key.dtype == np.uint32:
+        key = jax.numpy.asarray(key)
+    if isinstance(key, (jax.Array, np.ndarray)):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            if key.shape == ():
+                return key
+            raise TypeError(
+                f"{name} must be a single JAX PRNG key; got a batch of keys of shape "
+                f"{shape_str(key.shape)} (pass one key, e.g. keys[0])"
+            )
+        if key.dtype == np.uint32 and key.shape == _raw_key_shape():
+            return jax.random.wrap_key_data(key)
+        what = f"an array of dtype {key.dtype} and shape {shape_str(key.shape)}"
+        if key.dtype == np.uint32 and key.ndim > 1 and key.shape[-1:] == _raw_key_shape()[-1:]:
+            what = f"a batch of raw keys of shape {shape_str(key.shape)} (pass one key)"
+    else:
+        what = repr(key) if isinstance(key, (int, float, str, type(None))) else type(key).__name__
+    raise TypeError(
+        f"{name} must be a single JAX PRNG key, jax.random.key(seed) or raw "
+        f"jax.random.PRNGKey(seed) data (uint32 of shape {shape_str(_raw_key_shape())}); "
+        f"got {what}"
+    )
+
+
+@functools.cache
+def _raw_key_shape_of(impl: str) -> tuple[int, ...]:
+    return tuple(jax.random.key_data(jax.random.key(0)).shape)
+
+
+def _raw_key_shape() -> tuple[int, ...]:
+    """Shape of raw key data of the default PRNG implementation ((2,) for threefry)."""
+    return _raw_key_shape_of(str(jax.config.jax_default_prng_impl))
 
 
 def check_positive_int(name: str, value, minimum: int = 1) -> int:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_beta, is_concrete, shape_str
+from .._validation import check_beta, is_concrete, normalize_key, shape_str
 from ._couplings import Couplings
 from ._methods import Sampled, resolve_method
 
@@ -173,7 +173,8 @@ def boltzmann_attention(
       method: ``"exact"`` (``S <= 16``), ``"transfer"`` (banded couplings, any ``S``),
         ``"mean_field"``, ``"tap"``, a :class:`MeanField`, or :func:`sampled` (any sampler).
         With ``J = 0`` every deterministic method uses the closed form ``m = sigmoid(beta h)``.
-      rng: JAX PRNG key for stochastic methods (named ``rng`` so it does not clash with ``key``).
+      rng: JAX PRNG key for stochastic methods (named ``rng`` so it does not clash with ``key``);
+        typed (``jax.random.key``) or raw (``jax.random.PRNGKey``).
       return_weights: also return an :class:`AttentionInfo`.
 
     Returns:
@@ -189,6 +190,7 @@ def boltzmann_attention(
     """
     if readout not in READOUTS:
         raise ValueError(f"readout must be one of {', '.join(map(repr, READOUTS))}; got {readout!r}")
+    rng = None if rng is None else normalize_key(rng, "rng")  # raw PRNGKey data wrapped once
     squeeze = jnp.ndim(query) == 3
     query, key, value = (_ensure_4d(n, x) for n, x in (("query", query), ("key", key),
                                                         ("value", value)))

@@ -355,8 +355,9 @@ def _sample_batch(keys, a, W, c, num_samples):
 def sample(model: ModelBase, key, num_samples: int) -> jax.Array:
     """Exact i.i.d. samples from the Boltzmann distribution, shape
     ``batch + (num_samples, n)`` in the model's vartype and dtype."""
-    from .._validation import check_positive_int
+    from .._validation import check_positive_int, normalize_key
 
+    key = normalize_key(key)
     num_samples = check_positive_int("num_samples", num_samples)
     _check_size(model, MAX_ENUMERATION_N, "exact sampling")
     idx = _sample_indices(model, key, num_samples)

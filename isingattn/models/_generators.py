@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, shape_str
+from .._validation import check_positive_int, normalize_key, shape_str
 from ._dense import IsingModel
 from ._sparse import SparseIsingModel
 
@@ -93,7 +93,7 @@ def sherrington_kirkpatrick(key, n, *, J0=0.0, sigma=1.0, h_sigma=0.0, batch_sha
     """Sherrington-Kirkpatrick spin glass: ``J_ij ~ N(J0 / n, sigma^2 / n)`` for all pairs,
     fields ``h_i ~ N(0, h_sigma^2)``. Dense; ``batch_shape`` draws independent instances."""
     n = check_positive_int("n", n, 1)
-    kJ, kh = jax.random.split(key)
+    kJ, kh = jax.random.split(normalize_key(key))
     batch_shape = tuple(batch_shape)
     J = _symmetric_gaussian(kJ, batch_shape, n, sigma / math.sqrt(n), J0 / n)
     h = h_sigma * jax.random.normal(kh, batch_shape + (n,))
@@ -104,7 +104,7 @@ def random_dense(key, n, *, J_scale=1.0, h_scale=1.0, batch_shape=(), beta=1.0, 
     """Dense model with independent Gaussian couplings ``J_ij ~ N(0, J_scale^2)`` (i < j) and
     fields ``h_i ~ N(0, h_scale^2)``; ``batch_shape`` draws independent instances."""
     n = check_positive_int("n", n, 1)
-    kJ, kh = jax.random.split(key)
+    kJ, kh = jax.random.split(normalize_key(key))
     batch_shape = tuple(batch_shape)
     J = _symmetric_gaussian(kJ, batch_shape, n, J_scale)
     h = h_scale * jax.random.normal(kh, batch_shape + (n,))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
@@ -136,8 +135,10 @@ class IsingDistribution(dist.Distribution):
     # ------------------------------------------------------------------ sampling
     def sample(self, key, sample_shape=()):
         """Draws through the chosen backend, shape ``sample_shape + batch_shape + (n,)``."""
+        from .._validation import normalize_key
         from ..samplers import ExactSampler
 
+        key = normalize_key(key)  # numpyro passes raw jax.random.PRNGKey data
         sampler = self.sampler if self.sampler is not None else ExactSampler()
         sample_shape = tuple(sample_shape)
         S = 1
@@ -147,8 +148,6 @@ class IsingDistribution(dist.Distribution):
         batch, nb = tuple(m.batch_shape), len(m.batch_shape)
         if S == 0:
             return jnp.zeros(sample_shape + batch + (m.n,), m.dtype)
-        if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
-            key = jax.random.wrap_key_data(key)
         draws = sampler.sample(m, key, S, num_chains=1, **self.sampler_options).spins
         draws = draws.reshape(batch + (S, m.n))
         return jnp.moveaxis(draws, nb, 0).reshape(sample_shape + batch + (m.n,))

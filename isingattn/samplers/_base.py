@@ -12,10 +12,9 @@ import time
 from typing import Any, ClassVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, shape_str
+from .._validation import check_positive_int, normalize_key, shape_str
 from ..models import ModelBase, Vartype
 
 #: Keys of ``Samples.info["timing"]`` (seconds), the same for every backend.
@@ -23,15 +22,10 @@ TIMING_KEYS = ("setup_s", "sampling_s", "total_s")
 
 
 def check_key(key):
-    """Return ``key`` if it is a JAX PRNG key (typed or raw uint32[2]); else a clear error."""
-    if isinstance(key, (jax.Array, np.ndarray)):
-        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
-            return key
-        if key.dtype == jnp.uint32 and key.shape == (2,):
-            return key
-    raise TypeError(
-        f"key must be a single JAX PRNG key, e.g. jax.random.key(0); got {key!r}"
-    )
+    """Return ``key`` as a typed JAX PRNG key: typed keys pass, raw ``jax.random.PRNGKey`` data
+    is wrapped; anything else is a clear ``TypeError`` (:func:`isingattn._validation.normalize_key`,
+    the library's one key boundary)."""
+    return normalize_key(key)
 
 
 def seed_from_key(key) -> int:

@@ -169,16 +169,16 @@ def host_sample_callback(sampler: Sampler, model, key, num_samples: int, *, num_
       >>> f(m, jax.random.key(1)).shape
       (1, 4, 6)
     """
-    key = check_key(key)
-    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    key_data = jax.random.key_data(key) if typed else key
+    key = check_key(key)  # typed from here on
+    impl = jax.random.key_impl(key)
+    key_data = jax.random.key_data(key)
     leaves, treedef = jax.tree_util.tree_flatten(model)
     shape = model.batch_shape + (num_chains, num_samples, model.n)
     out = jax.ShapeDtypeStruct(shape, model.dtype)
 
     def host(key_data, *leaves):
         m = jax.tree_util.tree_unflatten(treedef, [np.asarray(x) for x in leaves])
-        k = jax.random.wrap_key_data(np.asarray(key_data)) if typed else np.asarray(key_data)
+        k = jax.random.wrap_key_data(np.asarray(key_data), impl=impl)
         s = sampler.sample(m, k, num_samples, num_chains=num_chains, **options)
         return np.asarray(s.spins, dtype=out.dtype)
 

@@ -25,6 +25,7 @@ simulated annealing), so offline draws are Boltzmann-like rather than local mini
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import ClassVar
 
@@ -97,6 +98,11 @@ class WeightedRandom:
             pick = idx[self.rng.integers(0, len(idx), size=arr.shape[0])]
             out[:, c] = arr[rows, pick]
         return out, rows
+
+
+def _digest(text: str, bits: int) -> int:
+    """A ``bits``-bit integer from SHA-256 of ``text`` (stable across processes, unlike hash())."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> (64 - bits)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +226,9 @@ class QPUSampler(Sampler):
         ``token``) with time-bounded requests (``request_timeout``, ``polling_timeout``).
         Without a token, :class:`QPUConfigurationError` at once (no network call).
       solver: solver name or feature dict for ``DWaveSampler``.
-      embedding_parameters: keywords for ``minorminer.find_embedding`` (e.g. ``random_seed``).
+      embedding_parameters: keywords for ``minorminer.find_embedding``. Its ``random_seed``
+        defaults to one derived from the problem's structure, so the embedding, and with it
+        the samples of a key, are the same in every instance and process.
       **defaults: preset sampling options.
 
     Sampling options (keywords of :meth:`sample`):
@@ -240,7 +248,8 @@ class QPUSampler(Sampler):
     several QPU calls if above the solver's ``num_reads_range``). ``info``: ``scale`` and
     ``chain_strength`` (``batch``), ``chain_break_fraction`` (``batch + (chain, draw)``, the
     fraction of broken chains of each read before resolution), ``embedding`` (per model:
-    ``cached``, ``find_s``, ``num_qubits``, ``max_chain_length``), ``qpu_timing`` (per model,
+    ``cached``, ``find_s``, ``seed`` of the search, ``hash`` of the embedding found,
+    ``num_qubits``, ``max_chain_length``), ``qpu_timing`` (per model,
     the solver's timing dicts), ``discarded`` (``batch``).
 
     Example (offline):
@@ -311,7 +320,11 @@ class QPUSampler(Sampler):
     # ------------------------------------------------------------------ embedding cache
     def _composite(self, bqm):
         """(FixedEmbeddingComposite for the BQM's structure, info dict); found once per
-        structure (variables in order and edge set), then reused."""
+        structure (variables in order and edge set), then reused.
+
+        The search is seeded from the structure (or ``embedding_parameters["random_seed"]``), not
+        from the sampling key: the cache then never makes results depend on which key saw a
+        structure first, and "same key, same samples" holds across instances and processes."""
         from dwave.system import FixedEmbeddingComposite
 
         index = {v: i for i, v in enumerate(bqm.variables)}
@@ -319,12 +332,18 @@ class QPUSampler(Sampler):
         key = (tuple(bqm.variables), edges)
         hit = self._cache.get(key)
         if hit is not None:
-            return hit, {"cached": True, "find_s": 0.0, **self._stats(hit)}
+            composite, seed = hit
+            return composite, {"cached": True, "find_s": 0.0, "seed": seed,
+                               **self._stats(composite)}
         t0 = time.perf_counter()
-        source = list(bqm.quadratic) + [(v, v) for v in bqm.linear]
+        params = dict(self.embedding_parameters)
+        if params.get("random_seed") is None:
+            params["random_seed"] = _digest(repr((len(index), edges)), 31)
+        source = [(index[u], index[v]) for u, v in bqm.quadratic] + [(i, i) for i in index.values()]
         target = self._finder.target_structure.edgelist
-        embedding = self._finder.find_embedding(source, target, **self.embedding_parameters)
-        if len(bqm) and not embedding:
+        found = self._finder.find_embedding(source, target, **params)
+        embedding = {v: found[index[v]] for v in bqm.variables if index[v] in found}
+        if len(bqm) and len(embedding) < len(bqm):
             raise RuntimeError(
                 f"no embedding found for a problem with {len(bqm)} variables and "
                 f"{len(bqm.quadratic)} couplings on {type(self.child).__name__} "
@@ -333,15 +352,20 @@ class QPUSampler(Sampler):
             )
         composite = FixedEmbeddingComposite(self.child, embedding)
         find_s = time.perf_counter() - t0
-        self._cache[key] = composite
+        seed = int(params["random_seed"])
+        self._cache[key] = (composite, seed)
         self.embeddings_found += 1
-        return composite, {"cached": False, "find_s": find_s, **self._stats(composite)}
+        return composite, {"cached": False, "find_s": find_s, "seed": seed,
+                           **self._stats(composite)}
 
     @staticmethod
     def _stats(composite):
-        chains = list(composite.embedding.values())
+        emb = composite.embedding
+        chains = list(emb.values())
+        canonical = repr(sorted((repr(v), sorted(int(q) for q in c)) for v, c in emb.items()))
         return {"num_qubits": int(sum(len(c) for c in chains)),
-                "max_chain_length": int(max((len(c) for c in chains), default=0))}
+                "max_chain_length": int(max((len(c) for c in chains), default=0)),
+                "hash": format(_digest(canonical, 64), "016x")}
 
     # ------------------------------------------------------------------ sampling
     def _sample(self, model, key, num_samples, num_chains, **options):

@@ -446,6 +446,25 @@ def test_sampled_same_key_same_output_different_key_different_output():
     assert not np.allclose(a, d)
 
 
+@pytest.mark.parametrize(
+    "method",
+    ["exact", "transfer", "mean_field", "tap", sampled(ExactSampler(), 8),
+     sampled(GibbsSampler(), 4, num_chains=2)],
+    ids=["exact", "transfer", "mean_field", "tap", "sampled-exact", "sampled-gibbs"],
+)
+def test_raw_prngkey_rng_gives_the_output_of_the_typed_key(method):
+    # jax.random.PRNGKey is what most JAX / flax code passes: wrapped once, same draws
+    q, k, v = _qkv(B=1, N=2, K=1, T=3, S=5)
+    kw = {"couplings": _banded(), "method": method}
+    a = boltzmann_attention(q, k, v, rng=jax.random.key(1), **kw)
+    b = boltzmann_attention(q, k, v, rng=jax.random.PRNGKey(1), **kw)
+    c = jax.jit(lambda r: boltzmann_attention(q, k, v, rng=r, **kw))(jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="rng must be a single JAX PRNG key"):
+        boltzmann_attention(q, k, v, rng=7, **kw)
+
+
 # --------------------------------------------------------------------------------------------
 # bad input
 

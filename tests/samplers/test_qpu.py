@@ -62,7 +62,7 @@ def test_end_to_end_offline(qpu):
     assert np.all((info["chain_break_fraction"] >= 0) & (info["chain_break_fraction"] <= 1))
     # the scale factor recorded is the one the (emulated) QPU applied to the embedded problem
     assert float(info["scale"]) == pytest.approx(qpu._emulator.last_scale)
-    emb = qpu._cache[next(iter(qpu._cache))] if len(qpu._cache) == 1 else None
+    emb = qpu._cache[next(iter(qpu._cache))][0] if len(qpu._cache) == 1 else None
     if emb is not None:
         sb = m.to_bqm()
         sb.scale(0.5)
