@@ -83,6 +83,13 @@ def _check_inputs(query, key, value, bias, mask, q_len, kv_len):
             f"query must have shape (B, T, N, H) with the B and H of key (B, S, K, H); got "
             f"query {shape_str(query.shape)} and key {shape_str(key.shape)}"
         )
+    if 0 in query.shape or 0 in key.shape:
+        # the layer's Ising models need n = S >= 1 keys (as every IsingModel needs n >= 1), and
+        # an empty batch, head or query axis is far likelier a slip upstream than intended
+        raise ValueError(
+            "query (B, T, N, H) and key/value (B, S, K, H) must have no empty axis (every size "
+            f">= 1); got query {shape_str(query.shape)} and key {shape_str(key.shape)}"
+        )
     N = query.shape[2]
     if N % K:
         raise ValueError(

@@ -51,8 +51,15 @@ class ModelBase:
         self.vartype = as_vartype(vartype)
         h = jnp.asarray(h, dtype)
         if h.ndim < 1:
-            raise ValueError(f"h must have shape (..., n) with n >= 0 variables; got a scalar {h}")
+            raise ValueError(f"h must have shape (..., n) with n >= 1 variables; got a scalar {h}")
         n = h.shape[-1]
+        if n == 0:
+            # one state and no observables: every sampler, exact method and diagnostic would need
+            # a special case, and an empty h is far likelier an upstream slip than intended
+            raise ValueError(
+                f"an Ising model needs n >= 1 variables; got h of shape {shape_str(h.shape)}. "
+                "To leave variables out of a model, keep them and set mask=False."
+            )
         self.h = h
         self.beta = jnp.asarray(beta, dtype)
         self.offset = jnp.asarray(offset, dtype)

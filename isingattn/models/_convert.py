@@ -53,6 +53,11 @@ def to_bqm(model: ModelBase):
 def from_bqm(bqm, *, beta=1.0, sparse=False, variable_order=None, dtype=None):
     """An Ising model from a ``dimod.BinaryQuadraticModel`` (signs converted to ours; labels
     kept as ``model.labels`` in ``variable_order``, default ``bqm.variables``)."""
+    if len(bqm.variables) == 0:
+        raise ValueError(
+            "the bqm has no variables; an Ising model needs n >= 1 (an empty problem has one "
+            "state, the empty one, with energy bqm.offset)"
+        )
     labels = list(bqm.variables) if variable_order is None else list(variable_order)
     if set(labels) != set(bqm.variables) or len(labels) != len(bqm.variables):
         raise ValueError("variable_order must list every variable of the bqm exactly once")

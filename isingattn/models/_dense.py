@@ -20,7 +20,7 @@ class IsingModel(ModelBase):
     ``p(x) = exp(-beta E(x)) / Z(beta)``. Positive ``J_ij`` makes ``i`` and ``j`` agree.
 
     Args:
-      h: fields, shape ``batch + (n,)``.
+      h: fields, shape ``batch + (n,)``, ``n >= 1``.
       J: symmetric couplings with zero diagonal, shape ``(..., n, n)``; its leading dimensions
         broadcast against ``h``'s, so one ``J`` can serve many fields.
       beta: inverse temperature, finite and > 0; scalar or batch-shaped.

@@ -95,7 +95,7 @@ class SparseIsingModel(ModelBase):
     ``E(x) = -sum_i h_i x_i - sum_e J_e x_{u_e} x_{v_e} - offset``.
 
     Args:
-      h: fields, shape ``batch + (n,)``.
+      h: fields, shape ``batch + (n,)``, ``n >= 1``.
       edges: ``(E, 2)`` integer pairs ``(u, v)``, unique, no self-loops. The structure is static
         (shared by the whole batch, part of the compiled program's identity).
       J: coupling per edge, shape ``(..., E)`` (a scalar is broadcast to every edge).

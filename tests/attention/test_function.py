@@ -481,6 +481,16 @@ def test_shape_mismatch_names_both_shapes():
         boltzmann_attention(q, k, v, mask=jnp.ones((3, 1, 4, 6), bool))
 
 
+@pytest.mark.parametrize("axis", ["B", "T", "N", "H", "S"])
+def test_empty_axes_are_refused_like_models_without_variables(axis):
+    sizes = {"B": 1, "T": 2, "N": 2, "H": 3, "S": 4, axis: 0}
+    q = jnp.ones((sizes["B"], sizes["T"], sizes["N"], sizes["H"]))
+    k = jnp.ones((sizes["B"], sizes["S"], 1, sizes["H"]))
+    for method in ("exact", "mean_field"):
+        with pytest.raises(ValueError, match=r"must have no empty axis.*got query \("):
+            boltzmann_attention(q, k, k, couplings=_banded(), method=method)
+
+
 def test_exact_beyond_limit_names_limit_and_alternatives():
     S = MAX_EXACT_KEYS + 1
     q, k, v = _qkv(B=1, T=2, S=S)

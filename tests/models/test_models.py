@@ -258,6 +258,23 @@ def test_generator_errors():
         chain(1)
 
 
+def test_no_variables_is_an_error_at_construction_everywhere():
+    # n = 0 is refused where a model is made (not deep inside a sampler or exact method);
+    # an empty batch of models and a model whose variables are all masked stay defined
+    for make in (lambda: IsingModel(h=np.zeros(0), J=np.zeros((0, 0))),
+                 lambda: IsingModel(h=np.zeros((3, 0)), J=np.zeros((0, 0))),
+                 lambda: SparseIsingModel(h=np.zeros(0), edges=np.zeros((0, 2), int), J=1.0),
+                 lambda: from_attention(np.ones(2), np.ones((0, 2)), np.zeros((0, 0)))):
+        with pytest.raises(ValueError, match=r"needs n >= 1 variables; got h of shape \("):
+            make()
+    with pytest.raises(ValueError, match="the bqm has no variables"):
+        from_bqm(dimod.BQM("SPIN"))
+    empty_batch = IsingModel(h=np.zeros((0, 3)), J=np.zeros((3, 3)))
+    assert exact.log_partition(empty_batch).shape == (0,)
+    all_masked = IsingModel(h=np.ones(3), J=np.zeros((3, 3)), mask=np.zeros(3, bool))
+    assert float(exact.log_partition(all_masked)) == 0.0
+
+
 def test_energy_input_shape_error():
     m = random_dense(jax.random.key(0), 4)
     with pytest.raises(ValueError, match=r"n = 4; got \(3,\)"):
