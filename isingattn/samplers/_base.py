@@ -49,26 +49,28 @@ class Samples:
 
     Attributes:
       spins: ``batch + (chain, draw, n)`` in the model's vartype (-1/+1 or 0/1).
-      energy: ``batch + (chain, draw)``, physics sign, without beta.
+      energy: ``batch + (chain, draw)``, physics sign, without beta, in the model's dtype.
       vartype: the model's :class:`~isingattn.models.Vartype`.
       info: backend information; ``info["timing"]`` holds :data:`TIMING_KEYS` in seconds.
       labels: variable labels of the model (or None for ``0..n-1``).
+      model: the model sampled (set by :meth:`Sampler.sample`; None when built by hand).
     """
 
-    def __init__(self, spins, energy, vartype, info=None, labels=None):
+    def __init__(self, spins, energy, vartype, info=None, labels=None, model=None):
         self.spins = spins
         self.energy = energy
         self.vartype = Vartype(vartype)
         self.info = {} if info is None else info
         self.labels = labels
+        self.model = model
 
     def tree_flatten(self):
-        return (self.spins, self.energy, self.info), (self.vartype, self.labels)
+        return (self.spins, self.energy, self.info, self.model), (self.vartype, self.labels)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        obj.spins, obj.energy, obj.info = children
+        obj.spins, obj.energy, obj.info, obj.model = children
         obj.vartype, obj.labels = aux
         return obj
 
@@ -92,9 +94,15 @@ class Samples:
         """Spins with chains and draws merged: ``batch + (chain * draw, n)``."""
         return self.spins.reshape(self.batch_shape + (-1, self.n))
 
-    def to_sampleset(self, index=()):
+    def to_sampleset(self, index=(), model=None):
         """One model's draws as a ``dimod.SampleSet`` (rows in chain-major order). For a batch,
-        ``index`` picks the model, e.g. ``samples.to_sampleset((0,))``."""
+        ``index`` picks the model, e.g. ``samples.to_sampleset((0,))``.
+
+        With the model (``self.model``, or ``model`` given here) the SampleSet agrees with
+        ``model.to_bqm()``: masked variables are left out, as there, and energies are the BQM's,
+        recomputed in float64 from the spins (dimod's default precision holds). Without one,
+        every variable is kept and the stored energies are cast to float64.
+        """
         import dimod
 
         index = index if isinstance(index, tuple) else (index,)
@@ -102,12 +110,22 @@ class Samples:
             raise ValueError(
                 f"index must pick one model of the batch {self.batch_shape}; got {index}"
             )
-        spins = np.asarray(self.spins[index]).reshape(-1, self.n)
-        energy = np.asarray(self.energy[index]).reshape(-1)
+        spins = np.asarray(self.spins[index]).reshape(-1, self.n).astype(np.int8)
         labels = list(self.labels) if self.labels is not None else list(range(self.n))
         info = {"timing": dict(self.info.get("timing", {}))}
-        return dimod.SampleSet.from_samples(
-            (spins.astype(np.int8), labels), self.vartype.value, energy=energy, info=info
+        model = self.model if model is None else model
+        if model is None:
+            energy = np.asarray(self.energy[index], np.float64).reshape(-1)
+            return dimod.SampleSet.from_samples((spins, labels), self.vartype.value,
+                                                energy=energy, info=info)
+        one = model[index] if model.batch_shape else model
+        if one.n != self.n:
+            raise ValueError(f"model has n = {one.n} variables; these samples have n = {self.n}")
+        bqm = one.to_bqm()  # masked variables left out
+        where = {v: i for i, v in enumerate(labels)}
+        keep = [where[v] for v in bqm.variables]
+        return dimod.SampleSet.from_samples_bqm(
+            (spins[:, keep], list(bqm.variables)), bqm, info=info
         )
 
     def __repr__(self):
@@ -174,7 +192,7 @@ class Sampler(abc.ABC):
         timing.setdefault("sampling_s", t1 - t0 - timing["setup_s"])
         timing["total_s"] = t2 - t0
         info["timing"] = timing
-        return Samples(spins, energy, model.vartype, info, model.labels)
+        return Samples(spins, energy, model.vartype, info, model.labels, model)
 
     def _check_options(self, options, where="__init__") -> dict:
         """Return ``options`` if every name is in :attr:`parameters`; else a ``TypeError`` that

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import check_positive_int
 from ..models import from_bqm
 from ._base import Sampler, key_from_seed, seed_from_key
 
@@ -21,10 +22,12 @@ from ._base import Sampler, key_from_seed, seed_from_key
 def as_dimod_sampler(sampler: Sampler, **defaults):
     """A ``dimod.Sampler`` that samples BQMs with ``sampler``.
 
-    ``sample(bqm, num_reads=10, seed=None, beta=1.0, **options)``: the BQM becomes a model
-    (dimod's sign converted) at inverse temperature ``beta``; ``seed`` (an int) becomes the JAX
-    key; ``options`` go to ``sampler.sample``. Returns a ``dimod.SampleSet`` whose energies are the
-    BQM's. ``defaults`` preset any of these keywords.
+    ``sample(bqm, num_reads=10, seed=None, beta=1.0, num_chains=1, **options)``: the BQM
+    becomes a model (dimod's sign converted) at inverse temperature ``beta``; ``seed`` (an int)
+    becomes the JAX key; ``options`` go to ``sampler.sample``. Returns a ``dimod.SampleSet`` of
+    exactly ``num_reads`` rows (dimod's meaning) whose energies are the BQM's: chains are an
+    internal detail here, ``num_chains`` chains of ``ceil(num_reads / num_chains)`` draws, in
+    chain-major order, cut to ``num_reads``. ``defaults`` preset any of these keywords.
     """
     import dimod
 
@@ -32,7 +35,7 @@ def as_dimod_sampler(sampler: Sampler, **defaults):
         def __init__(self):
             self.child = sampler
             self._defaults = dict(defaults)
-            self._parameters = {"num_reads": [], "seed": [], "beta": []}
+            self._parameters = {"num_reads": [], "seed": [], "beta": [], "num_chains": []}
             self._parameters.update({k: list(v) for k, v in sampler.parameters.items()})
             self._properties = {"backend": type(sampler).__name__, **dict(sampler.properties)}
 
@@ -53,14 +56,18 @@ def as_dimod_sampler(sampler: Sampler, **defaults):
             num_reads = opts.pop("num_reads", 10) if num_reads is None else num_reads
             seed = opts.pop("seed", None) if seed is None else seed
             beta = opts.pop("beta", 1.0) if beta is None else beta
+            num_reads = check_positive_int("num_reads", num_reads)
+            num_chains = check_positive_int("num_chains", opts.pop("num_chains", 1))
             labels = list(bqm.variables)
             if not labels:
                 return dimod.SampleSet.from_samples_bqm(
                     (np.zeros((num_reads, 0), np.int8), []), bqm,
                 )
             model = from_bqm(bqm, beta=beta, variable_order=labels)
-            samples = sampler.sample(model, key_from_seed(seed), num_reads, **opts)
-            spins = np.asarray(samples.flat()).astype(np.int8)
+            draws = -(-num_reads // num_chains)
+            samples = sampler.sample(model, key_from_seed(seed), draws, num_chains=num_chains,
+                                     **opts)
+            spins = np.asarray(samples.flat()).astype(np.int8)[:num_reads]
             info = {"timing": samples.info["timing"]}
             return dimod.SampleSet.from_samples_bqm((spins, labels), bqm, info=info)
 

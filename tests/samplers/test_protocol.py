@@ -18,6 +18,7 @@ from isingattn.samplers import (
     TIMING_KEYS,
     DimodSampler,
     ExactSampler,
+    GibbsSampler,
     as_dimod_sampler,
     seed_from_key,
 )
@@ -52,9 +53,38 @@ def test_to_sampleset_keeps_energies_and_labels():
     ss = s.to_sampleset()
     assert list(ss.variables) == list("abcde")
     np.testing.assert_allclose(ss.record.energy, np.asarray(s.energy).ravel(), rtol=1e-6)
-    dimod.testing.assert_sampleset_energies(ss, model.to_bqm(), precision=4)
+    assert ss.record.energy.dtype == np.float64
+    dimod.testing.assert_sampleset_energies(ss, model.to_bqm())  # dimod's default precision
     with pytest.raises(ValueError, match="index must pick one model"):
         ExactSampler().sample(MODEL, jax.random.key(1), 2).to_sampleset()
+
+
+def test_to_sampleset_agrees_with_to_bqm_on_masked_variables():
+    model = MODEL.replace(mask=jnp.array([True, False, True, True, False]), labels=list("abcde"))
+    s = ExactSampler().sample(model, jax.random.key(1), 10, num_chains=2)
+    for i in range(2):
+        bqm = model[i].to_bqm()
+        ss = s.to_sampleset((i,))
+        assert set(ss.variables) == set(bqm.variables) == set("acd")
+        assert len(ss) == 20
+        dimod.testing.assert_sampleset_energies(ss, bqm)
+    # samples built by hand (no model): every variable, stored energies as float64
+    from isingattn.samplers import Samples
+
+    bare = Samples(s.spins[0], s.energy[0], s.vartype, labels=model.labels)
+    assert len(bare.to_sampleset().variables) == 5
+    assert bare.to_sampleset().record.energy.dtype == np.float64
+    assert set(bare.to_sampleset(model=model[0]).variables) == set("acd")
+
+
+@pytest.mark.parametrize("num_reads, num_chains", [(10, 4), (12, 4), (1, 3), (7, 1)])
+def test_dimod_face_returns_num_reads_rows_whatever_the_chains(num_reads, num_chains):
+    ds = as_dimod_sampler(GibbsSampler())
+    assert "num_chains" in ds.parameters
+    bqm = MODEL[0].to_bqm()
+    ss = ds.sample(bqm, num_reads=num_reads, num_chains=num_chains, seed=1)
+    assert len(ss) == num_reads
+    dimod.testing.assert_sampleset_energies(ss, bqm)
 
 
 @pytest.mark.parametrize(
