@@ -7,7 +7,11 @@ measures only the points that are missing. The settings that change what a point
 model's size and seed, the training length, ...; not those that only set its precision, which
 its error bar reports) are kept next to the CSV (``<name>.settings.json``): resuming with other
 values would mix incomparable points in one table, so it stops with a message that names the
-settings that differ (use ``--fresh`` or another ``--out``).
+settings that differ (use ``--fresh`` or another ``--out``); rows without their settings file (or
+with an unreadable one) are refused too, since nothing then says what they measured.
+
+Damage is handled where it is read: a torn or malformed last line (an interrupted write) is
+dropped with a message; a malformed line before it stops the script naming the file and line.
 """
 
 from __future__ import annotations
@@ -51,9 +55,8 @@ class ResultsTable:
         if settings is None:
             return
         settings = _jsonable(settings)
-        if self.rows and os.path.exists(self.settings_path):
-            with open(self.settings_path) as f:
-                old = json.load(f)
+        if self.rows:
+            old = self._read_settings()
             diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
             if diff:
                 shown = ", ".join(f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now"
@@ -61,8 +64,32 @@ class ResultsTable:
                 raise SystemExit(
                     f"{path} holds points measured with other settings ({shown}); resuming "
                     "would mix them in one table: use --fresh, or another --out")
-        with open(self.settings_path, "w") as f:
+        tmp = self.settings_path + ".tmp"
+        with open(tmp, "w") as f:  # atomically: a cut write never leaves half a settings file
             json.dump(settings, f, indent=2)
+        os.replace(tmp, self.settings_path)
+
+    def _read_settings(self):
+        """The settings the rows were measured with, or ``SystemExit`` saying why not."""
+        n = len(self.rows)
+        if not os.path.exists(self.settings_path):
+            raise SystemExit(
+                f"{self.path} holds {n} row(s) but their settings file {self.settings_path} is "
+                "missing, so nothing says what they measured and resuming could mix other "
+                "settings into the table: restore the file, use --fresh, or another --out")
+        try:
+            with open(self.settings_path) as f:
+                old = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SystemExit(
+                f"{self.settings_path} (the settings of the {n} row(s) in {self.path}) cannot "
+                f"be read as JSON ({e}): repair or restore it, use --fresh, or another "
+                "--out") from None
+        if not isinstance(old, dict):
+            raise SystemExit(
+                f"{self.settings_path} must hold a JSON object of settings; it holds a "
+                f"{type(old).__name__}: repair or restore it, use --fresh, or another --out")
+        return old
 
     def _read(self, parse):
         if not os.path.exists(self.path):
@@ -75,16 +102,53 @@ class ResultsTable:
                 f.write(text)
             print(f"{self.path}: dropped an incomplete last line (an interrupted write)",
                   file=sys.stderr)
-        with io.StringIO(text, newline="") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None:
-                return []
-            if reader.fieldnames != self.fields:
-                raise SystemExit(
-                    f"{self.path} has columns {reader.fieldnames}, not this script's "
-                    f"{self.fields} (an older version?): move it aside, use --fresh, or "
-                    "another --out")
-            return [parse(dict(r)) for r in reader]
+        lines = [line + "\n" for line in text.split("\n")[:-1]]  # split as written: on \n
+        reader = csv.DictReader(iter(lines))
+        if reader.fieldnames is None:
+            return []
+        if reader.fieldnames != self.fields:
+            raise SystemExit(
+                f"{self.path} has columns {reader.fieldnames}, not this script's "
+                f"{self.fields} (an older version?): move it aside, use --fresh, or "
+                "another --out")
+        read = []  # (first line of the row, parsed row or None, what is wrong)
+        start = reader.line_num + 1
+        try:
+            for r in reader:
+                read.append((start, *self._parse_one(parse, r)))
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise SystemExit(f"{self.path}, line {start}: not CSV ({e}): fix or delete the "
+                             "line, use --fresh, or another --out") from None
+        bad = [(line, why) for line, row, why in read if why]
+        if bad and bad[-1][0] == read[-1][0]:  # the last row: an interrupted write
+            line, why = bad.pop()
+            read.pop()
+            text = "".join(lines[: line - 1])
+            with open(self.path, "w", newline="") as f:
+                f.write(text)
+            print(f"{self.path}: dropped a malformed last line {line} ({why}; an interrupted "
+                  "write)", file=sys.stderr)
+        if bad:
+            line, why = bad[0]
+            raise SystemExit(
+                f"{self.path}, line {line}: {why}; {len(bad)} such line(s) before the last one, "
+                "so this is not an interrupted write: fix or delete the line(s), use --fresh, "
+                "or another --out")
+        return [row for _, row, _ in read]
+
+    def _parse_one(self, parse, r):
+        """``(parsed row, None)`` or ``(None, what is wrong)`` for one row read back."""
+        if None in r:
+            return None, f"{len(self.fields) + len(r[None])} fields, expected {len(self.fields)}"
+        missing = [k for k, v in r.items() if v is None]
+        if missing:
+            return None, (f"{len(self.fields) - len(missing)} fields, expected "
+                          f"{len(self.fields)}")
+        try:
+            return parse(dict(r)), None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            return None, f"cannot read its values ({type(e).__name__}: {e})"
 
     @property
     def done(self):
