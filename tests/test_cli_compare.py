@@ -1,5 +1,6 @@
 """``isingattn compare`` and ``isingattn demo`` write the table and plots; results are written
-after each sampler, so an interrupted run keeps the finished rows."""
+after each sampler, so an interrupted run keeps the finished rows, and a run into the same
+folder resumes (finished samplers kept, settings checked); a sampler's error is exit status 1."""
 
 import csv
 import io
@@ -41,6 +42,66 @@ def test_interrupted_compare_keeps_finished_rows(tmp_path, monkeypatch):
     rows = list(csv.DictReader(io.StringIO((tmp_path / "compare.csv").read_text())))
     assert [r["sampler"] for r in rows] == ["exact"]
     assert (tmp_path / "beta_eff.png").exists()
+
+
+def _samplers(path):
+    return [(r["sampler"], r["status"]) for r in
+            csv.DictReader(io.StringIO((path / "compare.csv").read_text()))]
+
+
+class Broken(ExactSampler):
+    def _sample(self, *a, **k):
+        raise RuntimeError("the backend broke")
+
+
+COMMON = ["chain:n=5,beta=0.5", "--num-samples", "50", "--num-chains", "2", "--no-plots"]
+
+
+def test_compare_resumes_keeps_rows_and_checks_settings(tmp_path, capsys):
+    out = str(tmp_path)
+    assert main(["compare", *COMMON, "--samplers", "exact,gibbs", "--out", out]) == 0
+    first = (tmp_path / "compare.csv").read_text().splitlines()
+    # another run into the same folder: gibbs and exact kept (not run again), metropolis added
+    assert main(["compare", *COMMON, "--samplers", "metropolis,exact", "--out", out]) == 0
+    assert "keeping 2 finished sampler(s) (exact, gibbs); to run: metropolis" in \
+        capsys.readouterr().out
+    assert _samplers(tmp_path) == [("metropolis", "ok"), ("exact", "ok"), ("gibbs", "ok")]
+    rows = (tmp_path / "compare.csv").read_text().splitlines()
+    assert rows[2] == first[1] and rows[3] == first[2]  # the same numbers, kept
+    # other settings: refused, nothing changed
+    assert main(["compare", *COMMON[:2], "60", *COMMON[3:], "--samplers", "exact",
+                 "--out", out]) == 2
+    assert "num_samples: 50 there, 60 now" in capsys.readouterr().err
+    assert (tmp_path / "compare.csv").read_text().splitlines() == rows
+    # without its settings file a comparison is not resumed
+    (tmp_path / "compare.settings.json").unlink()
+    assert main(["compare", *COMMON, "--samplers", "exact", "--out", out]) == 2
+    assert "without its settings file" in capsys.readouterr().err
+    # --force starts over
+    assert main(["compare", *COMMON, "--samplers", "exact", "--out", out, "--force"]) == 0
+    assert _samplers(tmp_path) == [("exact", "ok")]
+
+
+def test_compare_exits_1_when_a_sampler_errored(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(BACKENDS, "broken", Broken)
+    out = str(tmp_path)
+    assert main(["compare", *COMMON, "--samplers", "exact,broken", "--out", out]) == 1
+    assert "1 sampler(s) ended in an error: broken" in capsys.readouterr().err
+    assert _samplers(tmp_path)[1][1].startswith("error: RuntimeError: the backend broke")
+    # the errored sampler is run again on resume; --allow-errors exits 0
+    assert main(["compare", *COMMON, "--samplers", "exact,broken", "--out", out,
+                 "--allow-errors"]) == 0
+    assert "to run: broken" in capsys.readouterr().out
+    # a backend that does not apply (Wolff with fields) is skipped, not an error
+    assert main(["compare", "random:n=4", "--num-samples", "20", "--num-chains", "2",
+                 "--no-plots", "--samplers", "wolff", "--out", str(tmp_path / "w")]) == 0
+
+
+def test_compare_help_states_the_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    text = capsys.readouterr().out
+    assert "--allow-errors" in text and "1 when a sampler ended in an error" in text
 
 
 def test_compare_bad_sampler_name(tmp_path, capsys):

@@ -38,9 +38,13 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from ..samplers import QPUConfigurationError, QPUConnectionError
+
+    # what a user can cause (bad values, files, folders, credentials, an unreachable host):
+    # one line and exit code 2; anything else is a bug and keeps its traceback
     try:
         return int(args.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, IsADirectoryError) as e:
+    except (ValueError, TypeError, OSError, QPUConfigurationError, QPUConnectionError) as e:
         print(f"isingattn {args.command}: error: {e}", file=sys.stderr)
         return 2
 

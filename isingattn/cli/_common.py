@@ -1,16 +1,20 @@
-"""Helpers shared by CLI subcommands: model specs, output files, JSON encoding."""
+"""Helpers shared by CLI subcommands: model specs, output files checked before any work,
+atomic writes, JSON encoding, argument types."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import tempfile
 
 import numpy as np
 
 from ..models import model_from_spec
 from ..models._spec import spec_help
 
-MODEL_HELP = "model: a generator spec NAME[:key=value,...] or a .json/.npz file. Generators:\n"
+MODEL_HELP = ("model: a generator spec NAME[:key=value,...] or a model file (.json / .npz, "
+              "read by content). Generators:\n")
 
 
 def add_model_argument(parser):
@@ -19,6 +23,59 @@ def add_model_argument(parser):
 
 def load_model(spec):
     return model_from_spec(spec)
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1 (argparse turns the ValueError into a one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {value}")
+    return value
+
+
+def nonnegative_int(text):
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {value}")
+    return value
+
+
+def _check_writable_dir(folder, what):
+    """Create ``folder`` if needed and prove it writable by creating (and removing) a file."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".isingattn-check-"):
+            pass
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise OSError(f"cannot write {what}: folder {folder!r} is not writable ({reason})") \
+            from None
+
+
+def check_output_file(path, force=False, flag="--out", example="out.json"):
+    """Before any computation: ``path`` is not a folder, is not an existing file unless
+    ``force``, and its folder can be written (created if missing)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a folder; give a file name inside it, e.g. "
+                         f"{os.path.join(path, example)}")
+    if os.path.lexists(path) and not force:
+        raise ValueError(f"{flag} {path!r} exists; use --force to replace it, or another {flag}")
+    _check_writable_dir(os.path.dirname(os.path.abspath(path)), f"{flag} {path!r}")
+
+
+def check_output_dir(path, flag="--out"):
+    """Before any computation: ``path`` is a folder (created if missing) that can be written."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a file, not a folder; give a folder (it holds "
+                         "several files), or another name")
+    _check_writable_dir(os.path.abspath(path), f"into {flag} {path!r}")
 
 
 def to_jsonable(obj):
@@ -32,10 +89,36 @@ def to_jsonable(obj):
     return obj
 
 
-def write_json(path, data):
-    """Write atomically: a partial file never replaces a finished one."""
+def _atomic(path, write):
+    """``write(tmp)`` then rename over ``path``: a partial file never replaces a finished one,
+    and a failed write leaves no ``*.tmp`` behind."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(to_jsonable(data), f, indent=2)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=os.path.basename(path) + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path, data):
+    """Write ``data`` as JSON, atomically."""
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(to_jsonable(data), f, indent=2)
+
+    _atomic(path, write)
+
+
+def write_npz(path, **arrays):
+    """``numpy.savez`` to ``path``, atomically."""
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    _atomic(path, write)

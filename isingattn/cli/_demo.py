@@ -23,17 +23,19 @@ import numpy as np
 def add_parser(sub):
     import argparse
 
+    from ._common import positive_int
+
     p = sub.add_parser("demo", help="run the main job on built-in defaults",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1])
     p.add_argument("--out", default="isingattn-demo", help="output folder (default: %(default)s)")
     p.add_argument("--n", type=int, default=10, help="number of keys (variables) of the model")
-    p.add_argument("--d", type=int, default=8, help="query/key dimension")
+    p.add_argument("--d", type=positive_int, default=8, help="query/key dimension")
     p.add_argument("--beta", type=float, default=1.0, help="inverse temperature")
     p.add_argument("--bias", type=float, default=-0.5,
                    help="per-head bias b (chemical potential) added to every field")
-    p.add_argument("--num-samples", type=int, default=1000, help="draws per chain")
-    p.add_argument("--num-chains", type=int, default=4, help="chains per backend")
+    p.add_argument("--num-samples", type=positive_int, default=1000, help="draws per chain")
+    p.add_argument("--num-chains", type=positive_int, default=4, help="chains per backend")
     p.add_argument("--samplers", default="all",
                    help="comma-separated backends or 'all' (default: every backend)")
     p.add_argument("--seed", type=int, default=0, help="seed of the JAX key")
@@ -67,11 +69,12 @@ def run(args):
     import jax
 
     from .. import exact
-    from ._common import write_json
+    from ._common import check_output_dir, write_json
     from ._compare import parse_samplers, run_comparison
 
     if args.n < 2 or args.n > 20:
         raise ValueError(f"--n must be between 2 and 20 (exact reference and plots); got {args.n}")
+    check_output_dir(args.out)
     t_start = time.perf_counter()
     key = jax.random.key(args.seed)
     k_model, _ = jax.random.split(key)

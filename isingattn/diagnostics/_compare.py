@@ -264,7 +264,7 @@ def _info_scalar(info, *names):
 def compare_samplers(model, samplers, *, key, num_samples: int = 1000, num_chains: int = 4,
                      reference="exact", options=None, num_bootstrap: int = 100,
                      progress: bool = False, callback=None, max_lag: int = 200,
-                     raise_errors: bool = False) -> ComparisonTable:
+                     raise_errors: bool = False, skip=()) -> ComparisonTable:
     """Run ``samplers`` on the same ``model`` (or batch of models) and compare them.
 
     Args:
@@ -286,6 +286,9 @@ def compare_samplers(model, samplers, *, key, num_samples: int = 1000, num_chain
         ``TypeError``, or missing QPU credentials) is recorded as ``status = "skipped: ..."``;
         any other failure as
         ``"error: ..."``.
+      skip: names of samplers not to run (no row; e.g. finished in an earlier run that is being
+        resumed). They keep their places, so every other sampler gets the key it would get in
+        a full run.
 
     Returns:
       :class:`ComparisonTable`, one row per sampler with: ``tv`` (total variation to the
@@ -304,8 +307,13 @@ def compare_samplers(model, samplers, *, key, num_samples: int = 1000, num_chain
     from ..samplers import Samples, check_key
     if not isinstance(model, ModelBase):
         raise TypeError(f"model must be an IsingModel or SparseIsingModel; got {type(model).__name__}")
+    from .._validation import check_positive_int
+
     key = check_key(key)
+    num_samples = check_positive_int("num_samples", num_samples)
+    num_chains = check_positive_int("num_chains", num_chains)
     entries = _resolve(samplers)
+    skip = set(skip)
     options = dict(options or {})
     unknown = set(options) - {n for n, _ in entries}
     if unknown:
@@ -365,6 +373,10 @@ def compare_samplers(model, samplers, *, key, num_samples: int = 1000, num_chain
         bar = tqdm(total=len(entries), desc="samplers", unit="sampler")
     try:
         for i, (name, sampler) in enumerate(entries):
+            if name in skip:
+                if bar is not None:
+                    bar.update(1)
+                continue
             if bar is not None:
                 bar.set_postfix_str(name)
             row = {c: math.nan for c in COLUMNS}

@@ -12,7 +12,7 @@ from ._gibbs import GibbsSampler
 from ._mcmc import MCMCSampler, SingleSiteSampler
 from ._metropolis import MetropolisSampler
 from ._neal import NealSampler, host_sample_callback
-from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUSampler
+from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUConnectionError, QPUSampler
 from ._swendsen_wang import SwendsenWangSampler
 from ._tempering import ParallelTemperingSampler
 from ._transfer import TransferMatrixSampler
@@ -55,6 +55,7 @@ __all__ = [
     "OfflineQPUSampler",
     "ParallelTemperingSampler",
     "QPUConfigurationError",
+    "QPUConnectionError",
     "QPUSampler",
     "Sampler",
     "Samples",

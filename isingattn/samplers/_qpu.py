@@ -45,7 +45,12 @@ DEFAULT_POLLING_TIMEOUT = 900.0
 
 
 class QPUConfigurationError(RuntimeError):
-    """No usable D-Wave credentials (raised before any network call)."""
+    """No usable D-Wave credentials (raised before any network call), or credentials or a
+    solver the D-Wave API refused."""
+
+
+class QPUConnectionError(RuntimeError):
+    """The D-Wave API host could not be reached (name resolution, refused connection, time-out)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,6 +217,51 @@ def _check_credentials(config_file=None, profile=None, token=None):
     )
 
 
+def _unreachable(exc):
+    """``exc`` from building a ``DWaveSampler`` as :class:`QPUConnectionError` (the host could
+    not be reached: say which host and why, not only "timed out") or
+    :class:`QPUConfigurationError` (token or solver refused); other errors unchanged."""
+    import re
+    import socket
+
+    from dwave.cloud import exceptions as cloud
+
+    if isinstance(exc, cloud.SolverAuthenticationError):
+        return QPUConfigurationError(
+            f"the D-Wave API refused the token ({exc}): check DWAVE_API_TOKEN or your D-Wave "
+            "configuration (`dwave config create`)")
+    if isinstance(exc, cloud.SolverNotFoundError):
+        return QPUConfigurationError(f"no D-Wave solver matches the request: {exc}")
+    chain, c = [], exc
+    while c is not None and len(chain) < 20:
+        chain.append(c)
+        c = c.__cause__ or c.__context__
+    if not any(isinstance(c, OSError) for c in chain):
+        return exc
+    names = {type(c).__name__ for c in chain}
+    if names & {"NameResolutionError", "gaierror"} or any(
+            isinstance(c, socket.gaierror) for c in chain):
+        why = "its name could not be resolved"
+    elif any(isinstance(c, ConnectionRefusedError) for c in chain):
+        why = "the connection was refused"
+    elif names & {"ConnectTimeout", "ReadTimeout", "ConnectTimeoutError", "TimeoutError",
+                  "timeout"}:
+        why = "it did not answer in time"
+    else:
+        why = str(chain[-1]) or type(chain[-1]).__name__
+    host = None
+    for c in chain:
+        m = re.search(r"host='([^']+)'(?:, port=(\d+))?", str(c))
+        if m:
+            host = m.group(1) + (f":{m.group(2)}" if m.group(2) else "")
+            break
+    where = f"host {host}" if host else "host"
+    return QPUConnectionError(
+        f"could not reach the D-Wave API {where}: {why}. Check the network connection, any "
+        "proxy, and the endpoint / region of your D-Wave configuration; for offline runs use "
+        "the qpu_offline backend (QPUSampler.offline())")
+
+
 # ---------------------------------------------------------------------------------------------
 # the backend
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +274,8 @@ class QPUSampler(Sampler):
         ``MockDWaveSampler(...)``); default: a ``DWaveSampler`` built from dwave-cloud-client's
         standard configuration (``config_file``, ``profile``, ``DWAVE_*`` environment, or
         ``token``) with time-bounded requests (``request_timeout``, ``polling_timeout``).
-        Without a token, :class:`QPUConfigurationError` at once (no network call).
+        Without a token, :class:`QPUConfigurationError` at once (no network call); a host
+        that cannot be reached is a :class:`QPUConnectionError` saying which and why.
       solver: solver name or feature dict for ``DWaveSampler``.
       embedding_parameters: keywords for ``minorminer.find_embedding``. Its ``random_seed``
         defaults to one derived from the problem's structure, so the embedding, and with it
@@ -286,7 +337,10 @@ class QPUSampler(Sampler):
                 kw["token"] = token
             if solver is not None:
                 kw["solver"] = solver
-            child = DWaveSampler(**kw)
+            try:
+                child = DWaveSampler(**kw)
+            except Exception as exc:
+                raise _unreachable(exc) from exc
         from dwave.system import EmbeddingComposite
 
         self.child = child
@@ -519,6 +573,7 @@ __all__ = [
     "MajorityVote",
     "OfflineQPUSampler",
     "QPUConfigurationError",
+    "QPUConnectionError",
     "QPUSampler",
     "WeightedRandom",
     "auto_scale_factor",
