@@ -29,6 +29,10 @@ from .._validation import check_positive_int, shape_str
 
 KINDS = ("none", "fixed", "random", "learned")
 STRUCTURES = ("full", "relative", "banded")
+PRODUCTS = ("auto", "dense", "shifts", "fft")
+#: Keys from which relative couplings' products run by FFT with ``product="auto"``: below, the
+#: dense product is faster on the CPU (measured: docs/guide/attention.md, mean field).
+FFT_MIN_KEYS = 512
 
 
 def _check_choice(name, value, valid):
@@ -223,34 +227,129 @@ class Couplings:
         idx = jnp.clip(dist, 1, r) - 1
         return jnp.where((dist >= 1) & (dist <= r), p[:, idx], 0.0)
 
-    def matvec(self, m, *, squared: bool = False, dense: bool | None = None):
-        """``sum_k J^n_jk m_k`` (or ``(J^n_jk)^2`` when ``squared``) for ``m`` shaped
-        ``(..., N, T, S)``. Banded couplings use ``2r`` shifted sums (``O(S r)``) when
-        ``S > 16 r``; shorter sequences (and dense structures) a dense ``(S, S)`` product, which
-        BLAS runs faster there. ``dense`` forces one or the other for banded couplings."""
-        S = m.shape[-1]
+    def toeplitz(self, length: int, dtype=None):
+        """First row ``c (N, length)`` of the Toeplitz couplings: ``J^n_jk = c^n(|j - k|)``,
+        ``c(0) = 0``. Relative and banded structures only (ValueError otherwise)."""
+        if self.is_zero or self.structure == "full":
+            raise ValueError(
+                f"couplings with structure={self.structure!r} and kind={self.kind!r} are not "
+                "Toeplitz (relative or banded, non-zero)"
+            )
+        p = self.values()
+        if dtype is not None:
+            p = p.astype(dtype)
+        d = jnp.arange(length)
+        if self.structure == "relative":
+            return jnp.where(d == 0, 0.0, p[:, jnp.clip(d, 1, self.max_distance) - 1])
+        r = self.bandwidth
+        return jnp.where((d >= 1) & (d <= r), p[:, jnp.clip(d, 1, r) - 1], 0.0)
+
+    def _shift_weights(self, length: int, dtype):
+        """``(w, const)``: ``J_jk = const + w(|j-k|)`` for ``1 <= |j-k| <= w.shape[1]``,
+        ``const`` beyond (relative couplings with ``max_distance < length``), ``const = None``
+        when there is nothing beyond; None for full couplings."""
+        if self.structure == "banded":
+            return self.band(length).astype(dtype), None
+        if self.structure != "relative":
+            return None
+        p = self.values().astype(dtype)
+        D = self.max_distance
+        if D <= length - 1:
+            const = p[:, D - 1]
+            return p[:, :D - 1] - const[:, None], const
+        return p[:, :max(length - 1, 0)], None
+
+    def _shift_width(self, length: int) -> int | None:
+        if self.structure == "banded":
+            return self.band_width(length)
+        if self.structure == "relative":
+            return min(self.max_distance - 1, max(length - 1, 0))
+        return None
+
+    def product_for(self, length: int) -> str:
+        """The product :meth:`matvec` runs for ``length`` keys with ``product="auto"``:
+        ``"shifts"`` when the couplings reach at most ``length / 16`` keys apart (banded, or
+        relative beyond ``max_distance``), ``"fft"`` for relative couplings from
+        :data:`FFT_MIN_KEYS` keys, otherwise ``"dense"`` (the fastest on the CPU, measured)."""
+        width = self._shift_width(length)
+        if self.is_zero:
+            return "dense"
+        if width is not None and length > 16 * width:
+            return "shifts"
+        if self.structure == "relative" and length >= FFT_MIN_KEYS:
+            return "fft"
+        return "dense"
+
+    def matvec(self, m, *, squared: bool = False, product: str = "auto", head_axis: int = -3,
+               dense: bool | None = None):
+        """``sum_k J^n_jk m_k`` (or ``(J^n_jk)^2`` when ``squared``) over the last axis of
+        ``m``, shaped ``(..., N, T, S)`` with the head axis at ``head_axis`` (``-3``; ``0`` for
+        ``(N, B, T, S)``, which spares the dense product two transposes). Couplings of one head
+        serve every head.
+
+        ``product`` picks the algorithm (same numbers to float rounding):
+
+        - ``"dense"``: a batched ``(S, S)`` matrix product (BLAS), ``O(S^2)`` per row;
+        - ``"shifts"``: ``2r`` shifted sums, ``O(S r)``: banded couplings (range ``r``) and
+          relative ones (``r = max_distance - 1``, plus one constant ``w(D)`` times
+          ``sum(m) - m``);
+        - ``"fft"``: the Toeplitz product by FFT, ``O(S log S)`` (relative and banded);
+        - ``"auto"`` (default): :meth:`product_for`.
+
+        ``dense`` is the earlier spelling (``True``: ``"dense"``; ``False``: ``"shifts"`` for
+        banded couplings). Raises ValueError for an unknown product or one the structure does
+        not have."""
+        if dense is not None:
+            product = "dense" if dense else ("shifts" if self.structure == "banded" else "auto")
+        _check_choice("product", product, PRODUCTS)
         if self.is_zero:
             return jnp.zeros_like(m)
-        r = self.band_width(S)
-        if dense is None:
-            dense = r is None or S <= 16 * r
-        if r is not None and not dense:
-            w = self.band(S).astype(m.dtype)
+        S = m.shape[-1]
+        ax = head_axis % m.ndim
+        if ax >= m.ndim - 2:
+            raise ValueError(f"head_axis must be before the last two axes of m (T, S); got "
+                             f"{head_axis} for m of shape {shape_str(m.shape)}")
+        if product == "auto":
+            product = self.product_for(S)
+        if product in ("shifts", "fft") and self.structure == "full":
+            raise ValueError(f"product={product!r} needs relative or banded couplings; "
+                             "structure='full' has only the dense product")
+
+        def heads(x):  # (N, ...) -> broadcastable against m along the head axis
+            shape = [1] * m.ndim
+            shape[ax] = x.shape[0]
+            return x.reshape(shape[:-1] + [x.shape[-1]] if x.ndim == 2 else shape)
+
+        if product == "shifts":
+            w, const = self._shift_weights(S, m.dtype)
             if squared:
-                w = w * w
+                w = (w + const[:, None]) ** 2 - const[:, None] ** 2 if const is not None else w * w
+                const = None if const is None else const * const
             out = jnp.zeros_like(m)
-            for d in range(1, r + 1):
-                wd = w[:, d - 1][:, None, None]
-                pad = [(0, 0)] * (m.ndim - 1)
-                out = out + wd * (
+            pad = [(0, 0)] * (m.ndim - 1)
+            for d in range(1, w.shape[1] + 1):
+                out = out + heads(w[:, d - 1]) * (
                     jnp.pad(m[..., d:], pad + [(0, d)]) + jnp.pad(m[..., :-d], pad + [(d, 0)])
                 )
+            if const is not None:
+                out = out + heads(const) * (jnp.sum(m, -1, keepdims=True) - m)
             return out
+        if product == "fft":
+            c = self.toeplitz(S, m.dtype)
+            if squared:
+                c = c * c
+            # the circulant of length 2S whose first S columns hold J: its spectrum is real
+            kern = jnp.concatenate([c, jnp.zeros_like(c[:, :1]), c[:, :0:-1]], axis=1)
+            spec = jnp.fft.rfft(kern, axis=-1).real.astype(m.dtype)
+            out = jnp.fft.irfft(jnp.fft.rfft(m, n=2 * S, axis=-1) * heads(spec), n=2 * S,
+                                axis=-1)
+            return out[..., :S].astype(m.dtype)
         J = self.matrix(S, m.dtype)
         if squared:
             J = J * J
-        J = jnp.broadcast_to(J, (m.shape[-3], S, S))  # one head's couplings may serve all
-        return jnp.einsum("...nts,nsk->...ntk", m, J)
+        J = jnp.broadcast_to(J, (m.shape[ax], S, S))  # one head's couplings may serve all
+        letters = "abcdefgh"[:m.ndim]
+        return jnp.einsum(f"{letters},{letters[ax]}{letters[-1]}z->{letters[:-1]}z", m, J)
 
     def __repr__(self):
         size = {"full": f"max_length={self.max_length}",

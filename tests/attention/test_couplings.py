@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from isingattn.attention import Couplings, CouplingSpec
+from isingattn.attention._couplings import FFT_MIN_KEYS
 
 
 def _all_structures():
@@ -51,9 +52,52 @@ def test_matvec_equals_dense_product(c, squared):
     J = c.matrix(6)
     J = J * J if squared else J
     ref = jnp.einsum("bnts,nsk->bntk", m, J)
-    for dense in (None, True, False):  # banded: shifted sums and dense product
+    products = ["auto", "dense"] + ([] if c.structure == "full" else ["shifts", "fft"])
+    for product in products:
+        np.testing.assert_allclose(c.matvec(m, squared=squared, product=product), ref,
+                                   rtol=1e-5, atol=1e-6)
+        heads_first = c.matvec(jnp.swapaxes(m, 0, 1), squared=squared, product=product,
+                               head_axis=0)
+        np.testing.assert_allclose(jnp.swapaxes(heads_first, 0, 1), ref, rtol=1e-5, atol=1e-6)
+    for dense in (None, True, False):  # the earlier spelling
         np.testing.assert_allclose(c.matvec(m, squared=squared, dense=dense), ref,
                                    rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("D", [1, 3, 9, 40])
+def test_relative_products_around_max_distance(D):
+    """Relative couplings as shifted sums (a constant w(D) beyond max_distance) and by FFT,
+    with max_distance shorter than, equal to and longer than the sequence, in float64."""
+    with jax.enable_x64(True):
+        c = Couplings.random(jax.random.key(7), 2, "relative", max_distance=D,
+                             dtype=jnp.float64)
+        m = jax.random.uniform(jax.random.key(8), (3, 2, 5, 9), jnp.float64)
+        for squared in (False, True):
+            J = c.matrix(9)
+            J = J * J if squared else J
+            ref = jnp.einsum("bnts,nsk->bntk", m, J)
+            for product in ("shifts", "fft"):
+                np.testing.assert_allclose(c.matvec(m, squared=squared, product=product), ref,
+                                           rtol=1e-12, atol=1e-13)
+
+
+def test_toeplitz_row_and_automatic_products():
+    c = Couplings.fixed(jnp.array([[1.0, 2.0, 3.0]]), "relative")
+    np.testing.assert_array_equal(c.toeplitz(6), [[0, 1, 2, 3, 3, 3]])
+    np.testing.assert_array_equal(Couplings.fixed(jnp.array([[1.0, 2.0]]), "banded").toeplitz(4),
+                                  [[0, 1, 2, 0]])
+    assert c.product_for(64) == "shifts"  # range 2 (a constant beyond): 2 shifted sums
+    long = Couplings.learned(1, "relative", max_distance=4096)
+    assert long.product_for(256) == "dense"
+    assert long.product_for(FFT_MIN_KEYS) == "fft"
+    assert Couplings.learned(1, "banded", bandwidth=4).product_for(256) == "shifts"
+    assert Couplings.learned(1, "full", max_length=64).product_for(64) == "dense"
+    with pytest.raises(ValueError, match="not Toeplitz"):
+        Couplings.learned(1, "full", max_length=4).toeplitz(4)
+    with pytest.raises(ValueError, match="product must be one of"):
+        c.matvec(jnp.ones((1, 2, 6)), product="sparse")
+    with pytest.raises(ValueError, match="head_axis"):
+        c.matvec(jnp.ones((1, 2, 6)), head_axis=-2)
 
 
 def test_frozen_kinds_get_no_gradient_learned_do():
