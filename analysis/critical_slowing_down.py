@@ -401,20 +401,29 @@ def plot(rows, fits, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
-    p.add_argument("--chains", type=int, default=64)
-    p.add_argument("--chunk", type=int, default=1000, help="draws per chain per jitted call")
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
+                   help="lattice sizes L (periodic L x L at beta_c; default: %(default)s)")
+    p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS,
+                   help="algorithms to measure (default: all three)")
+    p.add_argument("--chains", type=int, default=64,
+                   help="independent chains per point, pooled for tau (default: %(default)s)")
+    p.add_argument("--chunk", type=int, default=1000,
+                   help="draws per chain per jitted call (default: %(default)s)")
     p.add_argument("--target", type=float, default=20000.0,
                    help="stop a point once chains * draws >= target * tau for every observable "
                         "(Sokal's relative error is then about sqrt(20 / target))")
     p.add_argument("--min-tau-per-chain", type=float, default=50.0,
                    help="and draws per chain >= this many tau")
-    p.add_argument("--max-seconds", type=float, default=600.0, help="time budget per point")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    p.add_argument("--fresh", action="store_true", help="ignore points already in the CSV")
+    p.add_argument("--max-seconds", type=float, default=600.0,
+                   help="time budget per point; the CSV's converged says whether the targets "
+                   "were met (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the JAX key (default: 0)")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"),
+                   help="folder for critical_slowing_down.csv/.json/.png and series/ "
+                   "(default: analysis/results)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over: delete the points already in the CSV")
     p.add_argument("--refit", action="store_true",
                    help="run nothing: rewrite rows from the saved series, then fit and plot")
     args = p.parse_args(argv)

@@ -158,16 +158,25 @@ def plot(rows, path, n):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join("analysis", "results"))
-    ap.add_argument("--n", type=int, default=6, help="number of spins")
-    ap.add_argument("--points", type=int, default=12, help="anneal times per schedule")
-    ap.add_argument("--fit-points", type=int, default=4, help="shortest anneals used for slopes")
-    ap.add_argument("--seed", type=int, default=0)
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--out", default=os.path.join("analysis", "results"),
+                    help="folder for diabatic_effective_beta.csv/.png (default: %(default)s)")
+    ap.add_argument("--n", type=int, default=6,
+                    help="number of spins of the random model (state vector 2^n; default: 6)")
+    ap.add_argument("--points", type=int, default=12,
+                    help="anneal times per schedule, a geometric grid (default: %(default)s)")
+    ap.add_argument("--fit-points", type=int, default=4,
+                    help="shortest anneals used for the fitted slopes (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the random model's fields and couplings (default: 0)")
     ap.add_argument("--tolerance", type=float, default=1e-10,
                     help="amplitude tolerance of the simulator's automatic step count")
-    ap.add_argument("--fresh", action="store_true", help="ignore points already in the CSV")
+    ap.add_argument("--fresh", action="store_true",
+                    help="start over: delete the points already in the CSV")
     args = ap.parse_args(argv)
+    if args.n < 1 or args.points < 2 or args.fit_points < 2:
+        ap.error(f"need --n >= 1, --points >= 2 and --fit-points >= 2 (a slope needs two "
+                 f"points); got {args.n}, {args.points} and {args.fit_points}")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     csv_path = os.path.join(args.out, "diabatic_effective_beta.csv")

@@ -186,17 +186,29 @@ def plot(rows, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32],
+                   help="lattice sizes L (periodic L x L; default: %(default)s)")
     p.add_argument("--betas", type=float, nargs="+", default=None,
                    help="inverse temperatures (default: 0.30..0.60 plus a fine grid near beta_c)")
-    p.add_argument("--samples", type=int, default=2000, help="draws (SW updates) per chain")
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--burnin", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    p.add_argument("--fresh", action="store_true", help="ignore points already in the CSV")
+    p.add_argument("--samples", type=int, default=2000,
+                   help="draws (SW updates) per chain (default: %(default)s)")
+    p.add_argument("--chains", type=int, default=4,
+                   help="independent chains per point, for the error bars (default: %(default)s)")
+    p.add_argument("--burnin", type=int, default=200,
+                   help="SW updates discarded at the start of each chain (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the JAX key (default: 0)")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"),
+                   help="folder for ising2d_phase.csv/.json/.png (default: analysis/results)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over: delete the points already in the CSV")
     args = p.parse_args(argv)
+    for name in ("samples", "chains"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1; got {getattr(args, name)}")
+    if args.burnin < 0 or min(args.sizes) < 3:
+        p.error(f"--burnin must be >= 0 and --sizes >= 3 (periodic lattices); got "
+                f"{args.burnin} and {args.sizes}")
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "ising2d_phase.csv")
     # samples, chains, burn-in and seed set a point's precision, not what it measures (its

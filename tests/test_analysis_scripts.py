@@ -110,6 +110,52 @@ def test_rows_without_readable_settings_are_refused(tmp_path, results_table):
     assert t.rows == [] and json.loads(settings_path.read_text()) == {"n": 3}
 
 
+SCRIPTS = ["ising2d_phase", "critical_slowing_down", "diabatic_effective_beta",
+           "train_cooperation", "bracket_matching", "char_lm"]
+
+_PARSERS = """
+import argparse, importlib, json, sys
+sys.path.insert(0, sys.argv[1])
+class Got(Exception):
+    pass
+def capture(self, args=None, namespace=None):
+    raise Got(self)
+argparse.ArgumentParser.parse_args = capture
+out = {}
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name).main([])
+    except Got as g:
+        p = g.args[0]
+        out[name] = {"description": p.description or "",
+                     "options": {a.option_strings[-1] if a.option_strings else a.dest:
+                                 a.help or "" for a in p._actions}}
+print(json.dumps(out))
+"""
+
+
+def test_every_analysis_script_describes_every_option():
+    # one process reads every script's parser (argparse's parse_args stopped before any work)
+    proc = subprocess.run([sys.executable, "-c", _PARSERS, ANALYSIS, *SCRIPTS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parsers = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(parsers) == sorted(SCRIPTS)
+    for name, p in parsers.items():
+        assert p["description"].rstrip().endswith((".", "?", "!")), (name, p["description"])
+        bare = [opt for opt, text in p["options"].items() if len(text.split()) < 3]
+        assert not bare, f"{name}: options without a description: {bare}"
+
+
+def test_train_cooperation_reports_the_last_step(tmp_path):
+    out = tmp_path / "t"
+    proc = run_script("train_cooperation.py", "--steps", 30, "--models", "none", "--out", out)
+    assert [r["step"] for r in read_rows(out / "train_cooperation.csv")] == ["0", "25", "30"]
+    assert "after the last step" in proc.stdout and "(step 30)" in proc.stdout
+    bad = run_script("train_cooperation.py", "--steps", 0, "--out", out, check=False)
+    assert bad.returncode == 2 and "--steps must be >= 1; got 0" in bad.stderr
+
+
 def test_diabatic_script_resumes_an_interrupted_run(tmp_path):
     out = tmp_path / "d"
     args = ("--n", 3, "--points", 3, "--out", out)
@@ -163,7 +209,9 @@ def test_train_cooperation_script_trains_only_missing_models(tmp_path):
                       "--out", out)
     assert "softmax: in" in proc.stdout and "learned:" in proc.stdout
     rows = read_rows(out / "train_cooperation.csv")
-    assert [r["model"] for r in rows] == ["softmax", "learned"]  # held-out eval at step 0 only
+    # held-out evaluations at step 0 and after the last step
+    assert [(r["model"], r["step"]) for r in rows] == [
+        ("softmax", "0"), ("softmax", "2"), ("learned", "0"), ("learned", "2")]
     assert (out / "train_cooperation.png").exists()
     # redrawing reads the table whatever the settings, and leaves its settings alone
     settings = (out / "train_cooperation.settings.json").read_text()
