@@ -83,6 +83,9 @@ def _check_inputs(query, key, value, bias, mask, q_len, kv_len):
             f"query must have shape (B, T, N, H) with the B and H of key (B, S, K, H); got "
             f"query {shape_str(query.shape)} and key {shape_str(key.shape)}"
         )
+    for name, arr in (("query", query), ("key", key), ("value", value)):
+        if jnp.issubdtype(arr.dtype, jnp.complexfloating):
+            raise TypeError(f"{name} must be real; got dtype {arr.dtype}")
     if 0 in query.shape or 0 in key.shape:
         # the layer's Ising models need n = S >= 1 keys (as every IsingModel needs n >= 1), and
         # an empty batch, head or query axis is far likelier a slip upstream than intended
@@ -163,7 +166,9 @@ def boltzmann_attention(
       ``jax.nn.dot_product_attention`` (couplings, beta and chemical potential unused).
 
     Args:
-      query: ``(B, T, N, H)`` (or without the batch dimension, as in JAX).
+      query: ``(B, T, N, H)`` (or without the batch dimension, as in JAX). Real numbers:
+        integer and boolean ``query``, ``key`` and ``value`` are taken as float32 (the output
+        then is float32), complex ones are a ``TypeError``.
       key: ``(B, S, K, H)`` with ``N`` a multiple of ``K`` (grouped heads: head ``n`` uses
         key/value head ``n // (N / K)``).
       value: ``(B, S, K, H)``.
@@ -206,6 +211,11 @@ def boltzmann_attention(
     q_len = None if query_seq_lengths is None else jnp.asarray(query_seq_lengths)
     kv_len = None if key_value_seq_lengths is None else jnp.asarray(key_value_seq_lengths)
     _check_inputs(query, key, value, bias, mask, q_len, kv_len)
+    # integer and boolean inputs compute in floating point (as a model's h and J do); cast to
+    # an integer value's dtype, the weights would be truncated to 0 and 1 silently
+    query, key, value = (x if jnp.issubdtype(x.dtype, jnp.inexact)
+                         else x.astype(jnp.promote_types(x.dtype, jnp.float32))
+                         for x in (query, key, value))
 
     B, T, N, H = query.shape
     S, K = key.shape[1], key.shape[2]

@@ -20,8 +20,11 @@ def default_float_dtype():
 
 
 def float_dtype(*arrays):
-    """Common floating dtype of ``arrays`` (integers promote to the default float)."""
+    """Common floating dtype of ``arrays`` (integers promote to the default float); complex
+    values are a ``TypeError`` (an Ising model's parameters are real)."""
     dt = jnp.result_type(*arrays)
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        raise TypeError(f"an Ising model's h and J must be real numbers; got dtype {dt}")
     return dt if jnp.issubdtype(dt, jnp.inexact) else default_float_dtype()
 
 
@@ -61,6 +64,9 @@ class ModelBase:
                 "To leave variables out of a model, keep them and set mask=False."
             )
         self.h = h
+        for name, value in (("beta", beta), ("offset", offset)):
+            if np.iscomplexobj(value):
+                raise TypeError(f"{name} must be real; got a complex value {value!r}")
         self.beta = jnp.asarray(beta, dtype)
         self.offset = jnp.asarray(offset, dtype)
         if mask is None:

@@ -491,6 +491,23 @@ def test_empty_axes_are_refused_like_models_without_variables(axis):
             boltzmann_attention(q, k, k, couplings=_banded(), method=method)
 
 
+def test_complex_inputs_are_refused():
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="value must be real; got dtype complex"):
+        boltzmann_attention(q, k, v.astype(jnp.complex64))
+
+
+@pytest.mark.parametrize("readout", ["marginal", "softmax"])
+def test_integer_and_boolean_inputs_mean_their_float32_values(readout):
+    # an integer value once truncated the weights to 0 and 1 (outputs off by up to 2.9)
+    q, k, v = _qkv()
+    q, v = jnp.round(2 * q), jnp.round(3 * v)
+    want = boltzmann_attention(q, (k > 0).astype(jnp.float32), v, readout=readout)
+    got = boltzmann_attention(q.astype(jnp.int32), k > 0, v.astype(jnp.int32), readout=readout)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_exact_beyond_limit_names_limit_and_alternatives():
     S = MAX_EXACT_KEYS + 1
     q, k, v = _qkv(B=1, T=2, S=S)

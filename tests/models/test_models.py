@@ -223,6 +223,8 @@ def test_pytree_jit_and_vmap():
          r"mask must have shape"),
         ({"h": np.zeros((3, 2)), "J": np.zeros((4, 2, 2))}, "batch dimensions do not broadcast"),
         ({"h": np.zeros(2), "J": np.zeros((2, 2)), "offset": np.nan}, "offset must be finite"),
+        ({"h": np.zeros(2, complex), "J": np.zeros((2, 2))}, "must be real numbers"),
+        ({"h": np.zeros(2), "J": np.zeros((2, 2)), "beta": 1 + 1j}, "beta must be real"),
     ],
 )
 def test_dense_validation_errors(kwargs, match):
