@@ -1,26 +1,33 @@
 """Boltzmann attention: an attention layer whose pattern over keys is drawn from an Ising model
 with data-dependent fields and (learnable) couplings.
 
-Three levels, importable separately:
+Levels, importable separately:
 
 - the function :func:`boltzmann_attention` (``jax.nn.dot_product_attention`` calling
   convention), with :class:`Couplings` and the inference methods (``"exact"``, ``"transfer"``,
   ``"mean_field"`` / :class:`MeanField`, :func:`sampled`); importing these does not import flax;
 - the Flax NNX module :class:`BoltzmannMultiHeadAttention`;
+- :func:`boltzmann_attention_fn`, the function as the ``attention_fn`` of Flax's own attention
+  modules (``nnx.MultiHeadAttention``, ``flax.linen.MultiHeadDotProductAttention``);
 - the small pre-norm transformer :class:`TransformerLM`.
 
-The module and the transformer are loaded on first access (they import flax).
+The module, the ``attention_fn`` and the transformer are loaded on first access (they import
+flax).
 """
 
+from ._calibration import CALIBRATION_MODES, Calibration, calibrate_model, fit_effective_betas
 from ._couplings import KINDS, STRUCTURES, Couplings, CouplingSpec
 from ._function import READOUTS, AttentionInfo, boltzmann_attention
 from ._methods import MAX_EXACT_KEYS, Exact, MeanField, Sampled, Transfer, sampled
 from ._rope import apply_rope
 
 _LAZY = {
+    "BoltzmannAttentionFn": "._attention_fn",
     "BoltzmannMultiHeadAttention": "._nnx",
+    "SamplerScales": "._nnx",
     "TransformerLM": "._transformer",
     "TransformerBlock": "._transformer",
+    "boltzmann_attention_fn": "._attention_fn",
     "POSITIONAL": "._transformer",
 }
 
@@ -34,22 +41,29 @@ def __getattr__(name):
 
 
 __all__ = [
+    "CALIBRATION_MODES",
     "KINDS",
     "MAX_EXACT_KEYS",
     "POSITIONAL",
     "READOUTS",
     "STRUCTURES",
     "AttentionInfo",
+    "BoltzmannAttentionFn",
     "BoltzmannMultiHeadAttention",
+    "Calibration",
     "CouplingSpec",
     "Couplings",
     "Exact",
     "MeanField",
     "Sampled",
+    "SamplerScales",
     "Transfer",
     "TransformerBlock",
     "TransformerLM",
     "apply_rope",
     "boltzmann_attention",
+    "boltzmann_attention_fn",
+    "calibrate_model",
+    "fit_effective_betas",
     "sampled",
 ]

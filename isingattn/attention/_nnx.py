@@ -9,13 +9,21 @@ from flax import nnx
 from .._validation import check_positive_int, shape_str
 from ._couplings import Couplings, CouplingSpec
 from ._function import READOUTS, boltzmann_attention
-from ._methods import resolve_method
+from ._methods import Sampled, resolve_method
 from ._rope import apply_rope
 
 
 class FrozenCouplings(nnx.Variable):
     """Coupling values that are part of the module state but not trained (kinds ``fixed`` and
     ``random``): optimizers filtering on ``nnx.Param`` leave them alone."""
+
+
+class SamplerScales(nnx.Variable):
+    """Calibration scales ``(N, 2)`` = ``(c_h, c_J)`` per head of a calibrated
+    :func:`~isingattn.attention.sampled` method: the backend is programmed with the SPIN fields
+    times ``c_h`` and couplings times ``c_J``. State, not a parameter (saved and restored with
+    checkpoints, never trained); :func:`isingattn.attention._calibration.calibrate_model`
+    re-estimates them."""
 
 
 class BoltzmannMultiHeadAttention(nnx.Module):
@@ -126,6 +134,13 @@ class BoltzmannMultiHeadAttention(nnx.Module):
                                                         jnp.float32))
         stochastic = readout != "softmax" and (self.method.stochastic or readout == "sample")
         self.rngs = rngs["attention"].fork() if stochastic else nnx.data(None)
+        if isinstance(self.method, Sampled) and self.method.calibration is not None:
+            from ._calibration import initial_scales
+
+            c = jnp.asarray(initial_scales(self.method, self.beta), jnp.float32)
+            self.sampler_scales = SamplerScales(jnp.tile(c, (num_heads, 1)))
+        else:
+            self.sampler_scales = nnx.data(None)
 
     def coupling_object(self) -> Couplings:
         """The current couplings as a :class:`Couplings` (values from the module state)."""
@@ -160,9 +175,16 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             if rng is None and self.rngs is not None:
                 rng = self.rngs()
             b = self.chemical_potential
+            method = self.method
+            if self.sampler_scales is not None:
+                method = method.with_scales(self.sampler_scales[...])
+            if isinstance(method, Sampled):
+                from ._calibration import note_module
+
+                note_module(self)
             kw = {"couplings": self.coupling_object(), "beta": self.beta,
                       "chemical_potential": b[...] if isinstance(b, nnx.Variable) else b,
-                      "method": self.method, "rng": rng}
+                      "method": method, "rng": rng}
         res = boltzmann_attention(q, k, v, mask=mask, is_causal=causal, readout=self.readout,
                                   return_weights=return_weights, **kw)
         o, info = res if return_weights else (res, None)

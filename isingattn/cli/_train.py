@@ -16,6 +16,15 @@ bits per character, the final valid and test numbers over the whole splits in wi
 Attention: softmax, or Boltzmann attention with couplings none (J = 0: sigmoid attention), fixed,
 random or learned, structure banded (range --bandwidth, exact by transfer) or relative (up to
 --max-distance, mean field).
+
+Sampled attention: --method sampled:<backend> (exact, gibbs, diabatic, qpu_offline, qpu, ...;
+see isingattn.samplers.BACKENDS) with --num-samples draws per query, backend options as
+--backend-opt KEY=VALUE (repeatable; VALUE read as JSON where it parses, e.g.
+--backend-opt annealing_time=0.2 --backend-opt schedule=dwave_like), and --calibrate formula or
+measured (the sampler's effective temperatures, recorded in calibration.csv every
+--calibrate-every steps). A backend option the backend does not take, a context beyond the
+backend's limit (the diabatic simulator: 22 keys per query) or a QPU without a token stops the
+run before it starts.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import sys
 
 from ..experiments._config import (
     ATTENTIONS,
+    CALIBRATIONS,
     EXPERIMENT_STRUCTURES,
     METHODS,
     SCHEDULES,
@@ -57,8 +67,16 @@ OPTIONS = [
     ("attention", "softmax, or Boltzmann attention with couplings of this kind", ATTENTIONS),
     ("structure", "coupling structure J_jk = w(|j-k|): banded (|j-k| <= bandwidth) or relative",
      EXPERIMENT_STRUCTURES),
-    ("method", "inference method (default: transfer for banded, mean_field for relative)",
-     METHODS),
+    ("method", (f"inference method: {', '.join(METHODS)} or sampled:<backend> (default: "
+                "transfer for banded, mean_field for relative)"), None),
+    ("num_samples", "sampled methods: draws per query", None),
+    ("calibrate", ("sampled methods: calibrate the backend's effective temperatures to beta "
+                   "('formula': the backend's law; 'measured': on probe models, re-estimated)"),
+     CALIBRATIONS),
+    ("calibrate_every", ("sampled methods: steps between measurements of the sampler's effective "
+                         "temperatures (default 50 with --calibrate measured, else none)"), None),
+    ("calibrate_probes", "sampled methods: probe models per head of a measurement", None),
+    ("calibrate_samples", "sampled methods: draws per probe model", None),
     ("bandwidth", "banded coupling range r", None),
     ("max_distance", ("relative couplings: largest distance with its own weight (default "
                      "length - 1)"), None),
@@ -117,6 +135,10 @@ def add_parser(sub):
             continue
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=_field_type(name),
                        choices=choices, default=None, help=help_ + shown)
+    p.add_argument("--backend-opt", dest="backend_opt", action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help=("an option of a sampled method's backend (repeatable); VALUE is read as "
+                         "JSON where it parses (0.2, true, [6]), else as a string"))
     p.add_argument("--out", default=None,
                    help="run directory (default: runs/TASK_ATTENTION_STRUCTURE_L<length>_seed<seed>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -126,9 +148,28 @@ def add_parser(sub):
     p.set_defaults(run=run)
 
 
+def parse_backend_options(items) -> dict:
+    """``["KEY=VALUE", ...]`` -> dict; VALUE as JSON where it parses, else the string."""
+    import json
+
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--backend-opt takes KEY=VALUE; got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def config_from_args(args) -> TrainConfig:
     given = {name: getattr(args, name) for name, _, _ in OPTIONS
              if getattr(args, name) is not None}
+    opts = parse_backend_options(getattr(args, "backend_opt", None))
+    if opts:
+        given["backend_options"] = opts
     if given.get("task") == "file" and "length" not in given:
         given["length"] = None
     return TrainConfig(**given)

@@ -23,6 +23,11 @@ EXPERIMENT_STRUCTURES = ("banded", "relative")
 #: :data:`isingattn.samplers.BACKENDS` (statistics from ``num_samples`` draws).
 METHODS = ("exact", "transfer", "mean_field", "tap")
 SAMPLED_PREFIX = "sampled:"
+#: Calibrations of a sampled method (``--calibrate``): the backend's law, or measured on probe
+#: models and re-estimated as training goes (see :class:`~isingattn.attention.Calibration`).
+CALIBRATIONS = ("formula", "measured")
+#: Steps between calibration measurements of ``calibrate="measured"`` unless given.
+DEFAULT_CALIBRATE_EVERY = 50
 SCHEDULES = ("constant", "cosine")
 DEFAULT_METHOD = {"banded": "transfer", "relative": "mean_field"}
 
@@ -42,7 +47,13 @@ class TrainConfig:
     Attention: ``attention`` (:data:`ATTENTIONS`), ``structure`` (:data:`EXPERIMENT_STRUCTURES`),
     ``method`` (:data:`METHODS` or ``sampled:<backend>``; None: ``transfer`` for banded,
     ``mean_field`` for relative), ``num_samples`` and ``backend_options`` of a sampled method
-    (options that the backend's constructor takes go there, the others to its ``sample``),
+    (options that the backend's constructor takes go there, the others to its ``sample``; an
+    option it takes neither way is an error), its calibration ``calibrate`` (None,
+    ``"formula"`` or ``"measured"``, :data:`CALIBRATIONS`), ``calibrate_every`` (steps between
+    measurements of the sampler's effective temperatures on probe models, recorded in
+    ``calibration.csv``; None: 50 for ``"measured"``, never otherwise; a number with
+    ``calibrate=None`` measures without changing anything), ``calibrate_probes`` (probe models
+    per head) and ``calibrate_samples`` (draws per probe model),
     ``bandwidth`` ``r`` (banded), ``max_distance`` (relative; None: ``length - 1``),
     ``coupling_scale`` ``kappa`` (fixed: ``w(d) = kappa / D`` for ``d = 1..D``; random:
     ``w(d) ~ Normal(0, kappa^2 / D)``, drawn once from the seed; ``D`` = ``r`` or
@@ -82,6 +93,10 @@ class TrainConfig:
     method: str | None = None
     num_samples: int = 64
     backend_options: dict = dataclasses.field(default_factory=dict)
+    calibrate: str | None = None
+    calibrate_every: int | None = None
+    calibrate_probes: int = 8
+    calibrate_samples: int = 1024
     bandwidth: int = 4
     max_distance: int | None = None
     coupling_scale: float = 1.0
@@ -144,6 +159,7 @@ class TrainConfig:
         if not isinstance(self.backend_options, dict):
             raise TypeError(f"backend_options must be a dict; got "
                             f"{type(self.backend_options).__name__}")
+        self._check_sampled()
         if self.task == "file" and not self.data:
             raise ValueError("task='file' needs data (the path of a JSONL file)")
         if self.task == "char-lm":
@@ -198,6 +214,48 @@ class TrainConfig:
                 and self.resolved_method == "transfer"):
             raise ValueError("method='transfer' needs banded couplings; relative couplings use "
                              "'mean_field', 'tap' or (short sequences) 'exact'")
+
+    def _check_sampled(self):
+        """Options of a sampled method: calibration, the backend's options, its context."""
+        sampled_method = (self.method or "").startswith(SAMPLED_PREFIX)
+        if self.calibrate is not None and self.calibrate not in CALIBRATIONS:
+            raise ValueError(f"calibrate must be None or one of "
+                             f"{', '.join(map(repr, CALIBRATIONS))}; got {self.calibrate!r}")
+        if self.calibrate_every is not None:
+            check_positive_int("calibrate_every", self.calibrate_every)
+        check_positive_int("calibrate_probes", self.calibrate_probes)
+        check_positive_int("calibrate_samples", self.calibrate_samples, 2)
+        if not sampled_method:  # ignored (a sampled run evaluated with another method)
+            return
+        backend_option_routes(self.method[len(SAMPLED_PREFIX):], self.backend_options)
+        limit = backend_key_limit(self.method[len(SAMPLED_PREFIX):])
+        if limit is not None and self.length is not None and self.length > limit[0]:
+            raise ValueError(
+                f"method {self.method!r} takes at most {limit[0]} keys per query ({limit[1]}); "
+                f"length {self.length} gives up to {self.length} keys. Use a shorter length or "
+                "another backend")
+        from ..attention._calibration import MAX_PROBE_KEYS
+
+        if (self.calibration_every is not None and self.length is not None
+                and self.length > MAX_PROBE_KEYS):
+            raise ValueError(
+                f"measuring the sampler's effective temperatures (calibrate='measured' or "
+                f"calibrate_every) enumerates the 2^S patterns of probe models: length <= "
+                f"{MAX_PROBE_KEYS}; got {self.length}")
+        if self.calibrate == "formula":
+            name = self.method[len(SAMPLED_PREFIX):]
+            if name not in FORMULA_BACKENDS:
+                raise ValueError(
+                    f"calibrate='formula': backend {name!r} has no formula for its effective "
+                    f"temperatures (those with one: {', '.join(FORMULA_BACKENDS)}); use "
+                    "calibrate='measured'")
+
+    @property
+    def calibration_every(self) -> int | None:
+        """Steps between calibration measurements (None: none)."""
+        if self.calibrate_every is not None:
+            return self.calibrate_every
+        return DEFAULT_CALIBRATE_EVERY if self.calibrate == "measured" else None
 
     @property
     def resolved_method(self) -> str:
@@ -262,22 +320,133 @@ def coupling_spec(config: TrainConfig):
     return CouplingSpec("learned", config.structure, init=0.0, **sizes)
 
 
+#: Backends with a formula for their effective temperatures (``calibrate="formula"``).
+FORMULA_BACKENDS = ("exact", "diabatic", "gibbs", "metropolis", "parallel_tempering",
+                    "swendsen_wang", "transfer", "wolff")
+
+
+def backend_key_limit(name: str):
+    """``(largest number of keys per query, why)`` of a backend, or None."""
+    if name == "diabatic":
+        from ..quantum import MAX_QUBITS
+
+        return MAX_QUBITS, (f"the state-vector simulator holds 2^{MAX_QUBITS} amplitudes per "
+                            "query")
+    if name == "exact":
+        from ..exact import MAX_ENUMERATION_N
+
+        return MAX_ENUMERATION_N, "exact sampling enumerates 2^S patterns per query"
+    return None
+
+
+def _constructor_names(cls) -> set:
+    """Keyword names a backend's constructor takes, following ``**kwargs`` up the MRO."""
+    import inspect
+
+    names = set()
+    for c in cls.__mro__:
+        if c is object or "__init__" not in vars(c):
+            continue
+        params = inspect.signature(vars(c)["__init__"]).parameters
+        names |= {n for n, p in params.items() if n != "self"
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    if dataclasses.is_dataclass(cls):
+        names |= {f.name for f in dataclasses.fields(cls)}
+    return names
+
+
+def _sample_parameters(cls) -> dict:
+    """The ``parameters`` (options of ``sample``) of backend class ``cls``, read without
+    building a backend (a QPU client needs credentials): a class attribute, or a property that
+    does not read the instance (the MCMC backends')."""
+    params = getattr(cls, "parameters", None)
+    if isinstance(params, property):
+        try:
+            params = params.fget(object.__new__(cls))
+        except Exception:  # a property that needs a built backend: no sample options known
+            params = None
+    return params if isinstance(params, dict) else {}
+
+
+def backend_option_routes(name: str, options: dict) -> tuple[dict, dict]:
+    """``(constructor options, sample options)`` of backend ``name``: an option its constructor
+    names goes there, one of its ``parameters`` to ``sample``; anything else is a ``TypeError``
+    naming both lists."""
+    from ..samplers import BACKENDS
+
+    cls = BACKENDS[name]
+    ctor = _constructor_names(cls) - {"child"}
+    params = set(_sample_parameters(cls))
+    unknown = sorted(k for k in options if k not in ctor and k not in params)
+    if unknown:
+        raise TypeError(
+            f"backend {name!r} ({cls.__name__}) takes no option(s) {', '.join(unknown)}; "
+            f"constructor options: {', '.join(sorted(ctor)) or 'none'}; sample options: "
+            f"{', '.join(sorted(params)) or 'none'}")
+    init = {k: v for k, v in options.items() if k in ctor}
+    rest = {k: v for k, v in options.items() if k not in ctor}
+    return init, rest
+
+
+_METHOD_CACHE: dict = {}
+
+
+def check_method(config: TrainConfig) -> None:
+    """Build the config's inference method once, so that a backend that cannot run stops a run
+    before it starts: options it does not take, missing QPU credentials
+    (:class:`~isingattn.samplers.QPUConfigurationError`, raised before any network call), a
+    context whose query models do not embed on the QPU."""
+    method = build_method(config)
+    if not isinstance(method, str) and config.length is not None:
+        from ..samplers import QPUSampler
+
+        if isinstance(method.backend, QPUSampler):
+            from ..samplers._qpu_tiled import find_tiles
+
+            L = config.length
+            D = config.bandwidth if config.structure == "banded" else L - 1
+            edges = [(i, j) for i in range(L) for j in range(i + 1, min(L, i + D + 1))]
+            if config.attention in ("none",):
+                edges = []
+            find_tiles(method.backend, L, edges, max_tiles=1)
+
+
 def build_method(config: TrainConfig):
     """The inference method of a config: a name of :data:`METHODS`, or for
     ``sampled:<backend>`` a :func:`~isingattn.attention.sampled` method whose backend is built
-    with the ``backend_options`` its constructor takes (the others go to its ``sample``)."""
+    with the ``backend_options`` its constructor takes (the others go to its ``sample``), and
+    with the config's calibration. Building a QPU backend without credentials raises
+    :class:`~isingattn.samplers.QPUConfigurationError` at once."""
     method = config.resolved_method
     if not method.startswith(SAMPLED_PREFIX):
         return method
     from ..attention import sampled
+    from ..attention._calibration import Calibration
     from ..samplers import BACKENDS
 
-    cls = BACKENDS[method[len(SAMPLED_PREFIX):]]
-    fields = ({f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls)
-              else set())
-    init = {k: v for k, v in config.backend_options.items() if k in fields}
-    rest = {k: v for k, v in config.backend_options.items() if k not in fields}
-    return sampled(cls(**init), config.num_samples, **rest)
+    name = method[len(SAMPLED_PREFIX):]
+    import json
+
+    # one backend per configuration in a process: a QPU client (and its embedding cache) is made
+    # once, not for every Trainer of a run
+    cache_key = json.dumps([name, config.backend_options, config.num_samples, config.calibrate,
+                            config.calibration_every, config.calibrate_probes,
+                            config.calibrate_samples], sort_keys=True, default=repr)
+    if cache_key in _METHOD_CACHE:
+        return _METHOD_CACHE[cache_key]
+    init, rest = backend_option_routes(name, config.backend_options)
+    calibration = None
+    if config.calibrate is not None:
+        calibration = Calibration(config.calibrate, config.calibration_every or
+                                  DEFAULT_CALIBRATE_EVERY, config.calibrate_probes,
+                                  config.calibrate_samples)
+    out = sampled(BACKENDS[name](**init), config.num_samples, calibration=calibration, **rest)
+    if len(_METHOD_CACHE) >= 16:
+        _METHOD_CACHE.pop(next(iter(_METHOD_CACHE)))
+    _METHOD_CACHE[cache_key] = out
+    return out
 
 
 def attention_options(config: TrainConfig, length: int):

@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 
-from ._config import TrainConfig, build_model, build_task
+from ._calibrate import CalibrationLog, calibrate_trainer, calibration_description
+from ._config import TrainConfig, build_model, build_task, check_method
 from ._tasks import Batch, batch_rng
 
 CHECKPOINT_DIR = "checkpoints"
@@ -421,7 +422,7 @@ def run_status(out) -> str:
 
 def _clear_run(out):
     """Remove the files a run writes (and nothing else)."""
-    for name in ("config.json", "metrics.csv", "final.json"):
+    for name in ("config.json", "metrics.csv", "final.json", "calibration.csv"):
         p = os.path.join(out, name)
         if os.path.exists(p):
             os.remove(p)
@@ -472,6 +473,7 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     config = resolve_config(config, task)
     if task.max_length() is not None and config.length < task.max_length():
         task.train_batch(np.random.default_rng(0), 1, config.length)  # raises, naming the line
+    check_method(config)  # a backend that cannot run (options, credentials, context) stops here
     status = run_status(out)
     if status != "empty" and force:
         _clear_run(out)
@@ -502,16 +504,24 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     os.makedirs(out, exist_ok=True)
     trainer = Trainer(config, task)
     log = MetricsLog(os.path.join(out, "metrics.csv"), task)
+    cal_log = CalibrationLog(os.path.join(out, "calibration.csv"))
+    cal_every = config.calibration_every
     start, clock = 0, {"wall": 0.0, "train": 0.0, "timed_steps": 0, "compile": None,
                        "acc": [0.0, 0.0, 0.0, 0]}
     if status == "unfinished" and _checkpoints(out):
         start, clock = load_checkpoint(out, trainer)
         log.truncate_after(start)
+        cal_log.truncate_from(start)
     else:
         log.truncate_after(-1)
-        _write_json(config_path, {"config": config.to_dict(), "task": task.describe(),
-                                  "parameters": trainer.num_params, "versions": versions(),
-                                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        cal_log.truncate_from(0)
+        record = {"config": config.to_dict(), "task": task.describe(),
+                  "parameters": trainer.num_params, "versions": versions(),
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        calibration = calibration_description(trainer)
+        if calibration is not None:
+            record["calibration"] = calibration
+        _write_json(config_path, record)
         save_checkpoint(out, 0, trainer, clock, config.keep_checkpoints)
 
     bar = _progress(config.steps, start, progress)
@@ -523,6 +533,11 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     try:
         batch = task.train_batch(batch_rng(config.seed, start), config.batch, config.length)
         for step in range(start, config.steps):
+            if cal_every and step % cal_every == 0:  # before the step, from its batch
+                t_cal = time.perf_counter()
+                cal_log.append(calibrate_trainer(trainer, batch, step))
+                clock["calibration"] = (clock.get("calibration", 0.0)
+                                        + time.perf_counter() - t_cal)
             t0 = time.perf_counter()
             loss, correct, weight, finite = trainer.step(batch)
             if step + 1 < config.steps:  # prepared while the step runs
@@ -579,6 +594,7 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
              "steps_per_second": (clock["timed_steps"] / clock["train"]) if clock["train"]
              else None,
              "compile_seconds": clock["compile"], "wall_seconds": wall,
+             "calibration_seconds": clock.get("calibration", 0.0),
              "final_eval_seconds": time.perf_counter() - t_eval,
              "attention": attention_summary(trainer.model()), "versions": versions()}
     _write_json(os.path.join(out, "final.json"), final)
@@ -613,10 +629,14 @@ def attention_summary(model) -> list[dict]:
         attn = block.attn
         c = getattr(attn, "couplings", None)
         b = getattr(attn, "chemical_potential", None)
-        out.append({
+        s = getattr(attn, "sampler_scales", None)
+        row = {
             "couplings": None if c is None else np.asarray(c[...]).tolist(),
             "chemical_potential": None if b is None else np.asarray(
-                b[...] if hasattr(b, "__getitem__") else b).tolist()})
+                b[...] if hasattr(b, "__getitem__") else b).tolist()}
+        if s is not None:  # calibration scales (c_h, c_J) per head of a sampled method
+            row["sampler_scales"] = np.asarray(s[...]).tolist()
+        out.append(row)
     return out
 
 
@@ -628,7 +648,7 @@ def attention_summary(model) -> list[dict]:
 #: Config fields that :func:`load_run` may override: they change how the trained model is
 #: evaluated, not its parameters (e.g. mean-field couplings evaluated by exact enumeration).
 EVAL_OVERRIDES = ("method", "num_samples", "backend_options", "eval_examples",
-                  "test_examples", "batch")
+                  "test_examples", "batch", "calibrate", "calibrate_every")
 
 
 def load_run(out: str, *, length: int | None = None, step: int | None = None,

@@ -23,7 +23,8 @@ class ExactSampler(Sampler):
     """
 
     parameters: ClassVar[dict[str, list]] = {}
-    properties: ClassVar[dict[str, Any]] = {"exact": True, "max_n": exact.MAX_ENUMERATION_N}
+    properties: ClassVar[dict[str, Any]] = {"exact": True, "max_n": exact.MAX_ENUMERATION_N,
+                                            "exponential_cost": True}
 
     def _sample(self, model, key, num_samples, num_chains):
         draws = exact.sample(model, key, num_chains * num_samples)

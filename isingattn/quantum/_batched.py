@@ -1,0 +1,86 @@
+"""The anneal simulated inside a traced (``jit``) program: every model of a batch on a register
+of all ``n`` variables, in one compiled program.
+
+:func:`isingattn.quantum._evolve.evolve` lays each model's *active* variables out on the host
+(a register of ``max(active)`` qubits) and picks the step count from concrete field sizes, so it
+needs concrete parameters. Training calls the sampler from inside a jitted step, where the
+fields are traced. This path keeps the register at ``n`` qubits and lets masked variables be the
+register's unused qubits (no problem terms, so they stay in ``|+>``, an eigenstate of the driver,
+and are projected out at the end: exactly the evolution without them, as in ``_evolve``), and
+computes the automatic step count from the traced fields inside the program (a loop whose trip
+count is a traced number). Same integrator, same schedule interpolant, same step-count rule: the
+output distribution is the one :func:`isingattn.quantum.output_distribution` gives (tested).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..models import Vartype
+from ._evolve import (
+    _ERROR_CONSTANT,
+    _MAX_STEP_PHASE,
+    MAX_QUBITS,
+    MIN_STEPS,
+    _evolve_batch,
+    _real_dtype,
+    problem_energies,
+    sample_register,
+)
+
+
+def traced_num_steps(schedule, annealing_time, flip_scale, *, order=4, tolerance=1e-4,
+                     min_steps=MIN_STEPS):
+    """:func:`isingattn.quantum.default_num_steps` for a traced ``flip_scale``: the same rule
+    (phase per step ``min(0.25, (tolerance / (c_p Phi))^(1/p))``, at least ``min_steps``), as a
+    traced int32."""
+    rdtype = _real_dtype()
+    intA = float(np.trapezoid(schedule.A, schedule.s))
+    intB = float(np.trapezoid(schedule.B, schedule.s))
+    phi_total = jnp.pi * annealing_time * (intA + jnp.asarray(flip_scale, rdtype) * intB)
+    safe = jnp.maximum(phi_total, 1e-30)
+    phi = jnp.minimum(_MAX_STEP_PHASE, (tolerance / (_ERROR_CONSTANT[order] * safe))
+                      ** (1.0 / order))
+    n = jnp.maximum(min_steps, jnp.ceil(phi_total / phi))
+    return jnp.where(phi_total > 0, n, 1).astype(jnp.int32)
+
+
+def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None, order=4,
+                  tolerance=1e-4, min_steps=MIN_STEPS):
+    """``total`` measurements of the anneal of every model of the batch, traceable.
+
+    Returns ``(spins, num_steps)``: spins ``batch + (total, n)`` in the model's vartype (masked
+    variables at the low value) and the (traced) number of integration steps used, the same for
+    the whole batch (the automatic count of its largest flip scale). ``n <= MAX_QUBITS``.
+    """
+    n = model.n
+    if n > MAX_QUBITS:
+        raise ValueError(
+            f"the state-vector simulator supports at most {MAX_QUBITS} variables per model "
+            f"inside jit (2^{MAX_QUBITS} complex amplitudes); this model has n = {n}"
+        )
+    rdtype = _real_dtype()
+    batch = model.batch_shape
+    spin = model.to_dense().to_vartype(Vartype.SPIN)
+    h = jnp.broadcast_to(spin.active_h, batch + (n,)).reshape(-1, n).astype(rdtype)
+    J = jnp.broadcast_to(spin.active_J, batch + (n, n)).reshape(-1, n, n).astype(rdtype)
+    active = jnp.broadcast_to(spin.mask, batch + (n,)).reshape(-1, n)
+    M = h.shape[0]
+    if num_steps is None:
+        flip = jnp.max(jnp.abs(h) + jnp.sum(jnp.abs(J), axis=-1)) if M else 0.0
+        steps = traced_num_steps(schedule, annealing_time, flip, order=order,
+                                 tolerance=tolerance, min_steps=min_steps)
+    else:
+        steps = jnp.asarray(num_steps, jnp.int32)
+    energy = problem_energies(h, J)
+    amps = _evolve_batch(
+        energy, active, jnp.asarray(schedule.s, rdtype), jnp.asarray(schedule.A, rdtype),
+        jnp.asarray(schedule.B, rdtype), jnp.asarray(annealing_time, rdtype), steps, order)
+    probs = jnp.abs(amps) ** 2
+    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    idx = sample_register(key, probs, total)  # (M, total); bit i = variable i
+    bits = (idx[..., None] >> jnp.arange(n, dtype=idx.dtype)) & 1
+    states = bits if model.vartype is Vartype.BINARY else 2 * bits - 1
+    return states.astype(model.dtype).reshape(batch + (total, n)), steps
