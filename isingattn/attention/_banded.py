@@ -16,9 +16,18 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   number known from the fields alone), and the weights are renormalized exactly once per block
   of :data:`BLOCK` steps: the sum at a block's end scales the factors of the next block's first
   step (a pass over the messages per block saved; forward-backward 8% faster). No
-  ``exp``/``log`` runs per state. The range this covers is in
-  :func:`_coupling_limits` (float32: ``max_n sum_d |c_nd| <= 20``; up to 30 a per-key
-  renormalized path runs; beyond, NaN instead of silently wrong numbers).
+  ``exp``/``log`` runs per state. It covers heads with ``sum_d |c_nd| <=`` :func:`_fast_limit`
+  (float32: 20, float64: 160); beyond, a factor or a message entry that matters later
+  leaves the exponent range.
+* **A log-domain path for the other heads** (:func:`_log_marginals_tile`), chosen per head at
+  run time: log messages, log-sum-exp over the oldest key, re-centred at every step, with the
+  same shifts as the probability-space factors (the larger branch of a step is 0), so nothing
+  over- or underflows at any coupling strength and float32 keeps the rounding of the
+  log-weights' own terms. It returns ``log m``, which the layer turns into weights
+  ``exp(log m - max)`` per row: they stay O(1) where every marginal underflows. Its gradient
+  is JAX autodiff (checkpointed per block). Weak heads run the fast path on couplings with the
+  strong heads' set to 0 and keep their numbers bit for bit; the log-domain path runs (a
+  ``lax.cond``) only when some head is strong, and the compiled kernel runs it per head.
 * **Queries on the fastest axis.** Messages are ``(N, 2^r, Q)`` arrays, so every operation is a
   contiguous vector operation over queries, processed in tiles of :data:`TILE_QUERIES`.
 * **Two lanes per tile.** A recursion is a chain of dependent steps, which XLA's CPU runtime
@@ -59,7 +68,8 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   module's forward pass on the T = 512 workload. The gradient is this module's everywhere.
 
 The result is exact (the same numbers as enumeration to float precision);
-``tests/attention/test_banded.py`` compares marginals, ``log Z`` and gradients.
+``tests/attention/test_banded.py`` compares marginals, ``log Z`` and gradients, and
+``tests/attention/test_strong_couplings.py`` the layer at ``beta w`` up to 200 per distance.
 """
 
 from __future__ import annotations
@@ -421,18 +431,160 @@ def _vjp_tile(a, c, feat, g, pairs=True):
     return jnp.concatenate(da, axis=-1), dc
 
 
-def _coupling_limits(dtype):
-    """``(fast, safe)`` limits on ``max_n sum_d |c_nd|``. Up to ``fast``, :data:`BLOCK` steps
-    between renormalizations stay inside the exponent range; up to ``safe``, renormalizing at
-    every key does. Beyond ``safe`` probability-space arithmetic in ``dtype`` loses entries that
-    matter later, and the result is NaN rather than silently inaccurate. Measured in float32
-    against float64 (fields up to |a| = 200): fast exact to 1e-6 up to 25, broken near 28; safe
-    exact to 2e-6 at 30, off by 4e-3 at 39."""
-    return (20.0, 30.0) if jnp.finfo(dtype).bits <= 32 else (160.0, 240.0)
+def _fast_limit(dtype):
+    """The largest ``max_n sum_d |c_nd|`` of a head that the probability-space path takes:
+    :data:`BLOCK` steps between renormalizations stay inside the exponent range (float32: 20;
+    measured against float64 with fields up to ``|a| = 200``: exact to 1e-6 up to 25, broken near
+    28). Heads beyond it take the log-domain path (:func:`_log_marginals_tile`). The limit scales
+    with the dtype's exponent range: float64 160."""
+    return 20.0 * math.log(float(jnp.finfo(dtype).max)) / math.log(float(jnp.finfo("float32").max))
 
 
 def _coupling_range(c):
     return jnp.max(jnp.sum(jnp.abs(c), axis=-1))
+
+
+def _strong_heads(c, dtype):
+    """``(N,)`` bool: the heads whose couplings are beyond :func:`_fast_limit`."""
+    return jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _fast_limit(dtype))
+
+
+def _weak(c, strong):
+    """The couplings with the strong heads' set to 0 (their fast-path results are discarded)."""
+    return jnp.where(strong[:, None], jnp.zeros_like(c), c)
+
+
+def _with_strong(x, strong, fn):
+    """``x`` (head axis -2) with the strong heads' entries replaced by ``fn()``; ``fn`` runs
+    only when some head is strong (``lax.cond``), so weak heads pay nothing for it."""
+    def mixed(x):
+        return jax.tree.map(lambda u, v: jnp.where(strong[:, None], v, u), x, fn())
+
+    return jax.lax.cond(jnp.any(strong), mixed, lambda x: x, x)
+
+
+def _neg(dtype):
+    """A finite stand-in for ``log 0`` in the log-domain path: ``exp`` of it is 0, and sums of a
+    few of them stay finite, so no ``inf - inf`` reaches a value or a gradient."""
+    return -min(1e18, math.sqrt(float(jnp.finfo(dtype).max)))
+
+
+def _log_tables(a, c, feat):
+    """Log-domain factors of a tile: ``a`` ``(nb, K, N, Q)`` (``-inf`` = held), ``c`` ``(N, r)``.
+
+    Returns ``l0, l1`` (shape of ``a``), the log-factors of ``s = 0, 1``, and ``lC``
+    ``(N, 2^r, 1)``, the log coupling table, shifted as in :func:`_factors` so that the larger
+    branch of a step is 0 and no term carries more than the weights' own spread:
+    ``lC = c . w - cmax <= 0``, ``l0 = -u``, ``l1 = a + cmax - u`` with ``u = max(a + cmax, 0)``;
+    and ``u`` ``(nb, K, N, Q)`` (``log Z`` adds its sum). The shifts are constants
+    (``stop_gradient``) common to both branches, so the gradients are those of the true weights.
+    """
+    neg = _neg(a.dtype)
+    a = jnp.where(a == -jnp.inf, neg, a)
+    cmax = jax.lax.stop_gradient(jnp.sum(jnp.maximum(c, 0), axis=-1))
+    lC = (c @ feat.T - cmax[:, None])[:, :, None]
+    ap = a + cmax[:, None]
+    up = jax.lax.stop_gradient(jnp.maximum(ap, 0))
+    return -up, ap - up, lC, up
+
+
+def _lae(x, y):
+    """``log(exp(x) + exp(y))`` of finite arrays, about their maximum (a constant for autodiff:
+    the same gradient, a smaller program to compile; see ``docs/guide/transfer.md``)."""
+    top = jax.lax.stop_gradient(jnp.maximum(x, y))
+    return top + jnp.log(jnp.exp(x - top) + jnp.exp(y - top))
+
+
+def _lse(x, axis):
+    """``log sum exp`` of finite ``x`` along ``axis`` (dropped), about its maximum."""
+    top = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+    return jnp.squeeze(top, axis) + jnp.log(jnp.sum(jnp.exp(x - top), axis=axis))
+
+
+def _log_forward_step(alpha, lC, l0, l1):
+    """:func:`_forward_step` on log messages, re-centred (max 0); returns the new message and
+    the shift taken out ``(N, Q)`` (a constant: ``stop_gradient``)."""
+    N, R, Q = alpha.shape
+    p = alpha.reshape(N, R // 2, 2, Q)
+    pc = (alpha + lC).reshape(N, R // 2, 2, Q)
+    x = jnp.concatenate([_lae(p[:, :, 0], p[:, :, 1]) + l0[:, None],
+                         _lae(pc[:, :, 0], pc[:, :, 1]) + l1[:, None]], axis=1)
+    top = jax.lax.stop_gradient(jnp.max(x, axis=1, keepdims=True))
+    return x - top, top[:, 0]
+
+
+def _log_backward_step(beta, lC_lo, lC_hi, l0, l1):
+    """:func:`_backward_step` on log messages (bit-reversed state index), re-centred."""
+    N, R, Q = beta.shape
+    y = beta.reshape(N, R // 2, 2, Q)
+    y0, y1 = y[:, :, 0] + l0[:, None], y[:, :, 1] + l1[:, None]
+    x = jnp.concatenate([_lae(y0, lC_lo + y1), _lae(y0, lC_hi + y1)], axis=1)
+    return x - jax.lax.stop_gradient(jnp.max(x, axis=1, keepdims=True))
+
+
+def _log_start(N, R, Q, dtype):
+    return jnp.full((N, R, Q), _neg(dtype), dtype).at[:, 0].set(0.0)
+
+
+def _log_marginals_tile(a, c, feat):
+    """``log P(s_k = 1)`` ``(nb, K, N, Q)`` for one tile, in the log domain: the couplings' range
+    is unbounded (no factor over- or underflows; the messages are re-centred at every step).
+
+    The blocks of :func:`_marginals_tile` (a block's marginals are read from the forward and
+    backward messages at its end, ``K <= r``); held keys get about :func:`_neg` (``exp``: 0).
+    Differentiable by JAX autodiff; every block's body is a ``jax.checkpoint``, so the gradient
+    keeps one message per block and recomputes the steps inside it."""
+    _, K, N, Q = a.shape
+    R = feat.shape[0]
+    neg = _neg(a.dtype)
+    l0, l1, lC, _ = _log_tables(a, c, feat)
+    ls = jnp.stack([l0, l1], axis=2)  # (nb, K, 2, N, Q)
+    lC_lo, lC_hi = _reversed_table(lC)
+
+    def fstep(alpha, f):
+        return _log_forward_step(alpha, lC, f[0], f[1])[0], None
+
+    def bstep(beta, f):
+        return _log_backward_step(beta, lC_lo, lC_hi, f[0], f[1]), None
+
+    @jax.checkpoint
+    def forward(alpha, blk):
+        alpha, _ = jax.lax.scan(fstep, alpha, blk)
+        return alpha, alpha
+
+    _, ends = jax.lax.scan(forward, _log_start(N, R, Q, a.dtype), ls)
+    has = _bitrev(_block_readout(K, feat)[None])[0] > 0  # (2^r, K), bit-reversed windows
+
+    @jax.checkpoint
+    def backward(beta, blk):
+        end, f = blk
+        P = _bitrev(end) + beta  # log of the window posterior at the block end, unnormalized
+        lz = _lse(P, 1)
+        lm = _lse(P[:, :, None] + jnp.where(has, 0.0, neg)[None, :, :, None], 1)
+        beta, _ = jax.lax.scan(bstep, beta, f, reverse=True)
+        return beta, jnp.moveaxis(lm - lz[:, None], 1, 0)
+
+    _, lm = jax.lax.scan(backward, jnp.zeros((N, R, Q), a.dtype), (ends, ls), reverse=True)
+    return lm
+
+
+def _log_partition_log_tile(a, c, feat):
+    """``log Z`` ``(N, Q)`` of one tile in the log domain (any range of couplings;
+    differentiable by JAX autodiff, checkpointed per block)."""
+    N, Q = a.shape[2:]
+    l0, l1, lC, up = _log_tables(a, c, feat)
+
+    def step(alpha, f):
+        return _log_forward_step(alpha, lC, f[0], f[1])
+
+    @jax.checkpoint
+    def forward(alpha, blk):
+        alpha, shifts = jax.lax.scan(step, alpha, blk)
+        return alpha, jnp.sum(shifts, axis=0)
+
+    alpha, shifts = jax.lax.scan(forward, _log_start(N, feat.shape[0], Q, a.dtype),
+                                 jnp.stack([l0, l1], axis=2))
+    return _lse(alpha, 1) + jnp.sum(shifts, axis=0) + jnp.sum(up, axis=(0, 1))
 
 
 def _reblock(x, K, fill):
@@ -451,30 +603,15 @@ def _map_tiles(fn, a, c, *rest):
     return jax.lax.map(lambda x: fn(x[0], c, *x[1:]), (a, *rest))
 
 
-def _per_block(fn, a, c, *rest):
-    """Run ``fn`` on every tile with :data:`BLOCK` steps per block when the couplings allow it,
-    else with one step per block (renormalized at every key: slower, exact up to the second
-    limit of :func:`_coupling_limits`). The branch is chosen at run time from ``c``."""
-    nt, nb, K = a.shape[:3]
-
-    def fast(a, *rest):
-        return _map_tiles(fn, a, c, *rest)
-
-    def safe(a, *rest):
-        def one(x):
-            return x.reshape(nt, nb * K, 1, *x.shape[3:])
-        out = fast(one(a), *[one(x) if x.shape == a.shape else x for x in rest])
-        # per-key outputs have the tiled rank (5); per-chain and per-head outputs do not
-        return jax.tree.map(lambda y: y.reshape(a.shape) if y.ndim == a.ndim else y, out)
-
-    strong = _coupling_range(c) > _coupling_limits(a.dtype)[0]
-    return jax.lax.cond(strong, safe, fast, a, *rest)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _banded_core(a, c, r, coupling_grad):
+    """Tiled ``a`` ``(nt, nb, K, N, Q)`` -> the marginals, or for the strong heads
+    (:func:`_strong_heads`) their logarithms (see :func:`_chain_values`)."""
     feat = _window_features(r, a.dtype)
-    return _per_block(lambda x, c: _marginals_tile(x, c, feat), a, c)
+    strong = _strong_heads(c, a.dtype)
+    m = _map_tiles(lambda x, c: _marginals_tile(x, c, feat), a, _weak(c, strong))
+    return _with_strong(m, strong, lambda: _map_tiles(
+        lambda x, c: _log_marginals_tile(x, c, feat), a, c))
 
 
 def _core_fwd(a, c, r, coupling_grad):
@@ -482,44 +619,59 @@ def _core_fwd(a, c, r, coupling_grad):
 
 
 def _core_bwd(r, coupling_grad, res, g):
-    """The VJP. Frozen couplings: the field part alone, in the forward pass's blocks (its
-    readout needs blocks of at most ``r`` keys). Learned couplings: blocks of
-    :data:`VJP_BLOCK` keys when the couplings' range allows (keys regrouped, the last block
-    padded with held keys), else the forward pass's. Measured on the 2048 chains per head of
-    ``bench_attention.py``'s T = 512 workload (r = 8, 2 cores): 2.90 s with blocks of 8 keys,
-    2.45 s with 16, 2.28 s with 32 (4: 3.58 s; 2: 5.19 s). The kernels' total time hardly
-    changes (a profile of 512 chains per head: 1.18 s of CPU time with 8-key blocks, 1.12 s
-    with 32, for 0.73 and 0.60 s of wall time); the two cores are busier:
-    each block ends in reductions (renormalization, ``E[G]``) at which the two lanes wait for
-    each other. 16 keeps the range at half the 8-key path's (float32: 10) and costs about 6 s
-    more compilation on that workload (32: about 10 s); only ranges ``r >=``
-    :data:`VJP_BLOCK_MIN_RANGE` use it."""
+    """The VJP. Weak heads: the hand-written one (:func:`_vjp_tile`), on couplings with the
+    strong heads' set to 0; strong heads (only when there are some): JAX autodiff of the
+    log-domain marginals (:func:`_log_marginals_tile`, whose output the strong heads' ``g``
+    belongs to), selected per head.
+
+    Frozen couplings: the field part alone, in the forward pass's blocks (its readout needs
+    blocks of at most ``r`` keys). Learned couplings: blocks of :data:`VJP_BLOCK` keys when the
+    couplings' range allows (keys regrouped, the last block padded with held keys), else the
+    forward pass's. Measured on the 2048 chains per head of ``bench_attention.py``'s T = 512
+    workload (r = 8, 2 cores): 2.90 s with blocks of 8 keys, 2.45 s with 16, 2.28 s with 32 (4:
+    3.58 s; 2: 5.19 s). The kernels' total time hardly changes (a profile of 512 chains per
+    head: 1.18 s of CPU time with 8-key blocks, 1.12 s with 32, for 0.73 and 0.60 s of wall
+    time); the two cores are busier: each block ends in reductions (renormalization, ``E[G]``)
+    at which the two lanes wait for each other. 16 keeps the range at half the 8-key path's
+    (float32: 10) and costs about 6 s more compilation on that workload (32: about 10 s); only
+    ranges ``r >=`` :data:`VJP_BLOCK_MIN_RANGE` use it."""
     a, c = res
     feat = _window_features(r, a.dtype)
+    strong = _strong_heads(c, a.dtype)
+    cw = _weak(c, strong)
     if not coupling_grad:  # the caller holds c constant (see banded_chain_marginals)
-        def da_only(x, c, gx):
-            return _vjp_tile(x, c, feat, gx, pairs=False)[0]
+        da = _map_tiles(lambda x, c, gx: _vjp_tile(x, c, feat, gx, pairs=False)[0], a, cw, g)
 
-        return _per_block(da_only, a, c, g), jnp.zeros_like(c)
+        def strong_da():
+            return _map_tiles(lambda x, c, gx: jax.vjp(
+                lambda x: _log_marginals_tile(x, c, feat), x)[1](gx)[0], a, c, g)
+
+        return _with_strong(da, strong, strong_da), jnp.zeros_like(c)
 
     def vjp(x, c, gx):
         return _vjp_tile(x, c, feat, gx)
 
     def blocks(a, g):
-        return _per_block(vjp, a, c, g)
+        return _map_tiles(vjp, a, cw, g)
 
     nb, K = a.shape[1:3]
     if r >= VJP_BLOCK_MIN_RANGE and K < VJP_BLOCK <= nb * K:  # where the range allows them
         def long(a, g):
-            da, dc = _map_tiles(vjp, _reblock(a, VJP_BLOCK, -jnp.inf), c,
+            da, dc = _map_tiles(vjp, _reblock(a, VJP_BLOCK, -jnp.inf), cw,
                                 _reblock(g, VJP_BLOCK, 0.0))
             return _reblock(da, K, 0.0)[:, :nb], dc
 
-        fits = _coupling_range(c) <= _coupling_limits(a.dtype)[0] * BLOCK / VJP_BLOCK
+        fits = _coupling_range(cw) <= _fast_limit(a.dtype) * BLOCK / VJP_BLOCK
         da, dc = jax.lax.cond(fits, long, blocks, a, g)
     else:
         da, dc = blocks(a, g)
-    return da, jnp.sum(dc, axis=0)
+
+    def strong_grads():
+        da, dc = _map_tiles(lambda x, c, gx: jax.vjp(
+            lambda x, c: _log_marginals_tile(x, c, feat), x, c)[1](gx), a, c, g)
+        return da, jnp.sum(dc, axis=0)
+
+    return _with_strong((da, jnp.sum(dc, axis=0)), strong, strong_grads)
 
 
 _banded_core.defvjp(_core_fwd, _core_bwd)
@@ -563,17 +715,12 @@ def _tiles(a, block=BLOCK, fill=-jnp.inf):
     return x, untile
 
 
-def _checked(x, c, dtype):
-    """NaN where the couplings are beyond what ``dtype`` can represent (see
-    :func:`_coupling_limits`)."""
-    return jnp.where(_coupling_range(c) > _coupling_limits(dtype)[1], jnp.nan, x)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _native_core(a, c, r, coupling_grad):
-    """Marginals by the compiled kernel (:mod:`._native`), ``a`` ``(..., N, S)``; the VJP is
+    """:func:`_banded_core` by the compiled kernel (:mod:`._native`), ``a`` ``(..., N, S)``
+    (strong heads: log marginals, in the kernel's log-domain path); the VJP is
     :func:`_core_bwd` on the tiled arrays (it needs only ``a`` and ``c``)."""
-    return _native.transfer_marginals(a, c, _coupling_limits(a.dtype)[0])
+    return _native.transfer_marginals(a, c, _fast_limit(a.dtype))
 
 
 def _native_fwd(a, c, r, coupling_grad):
@@ -608,29 +755,16 @@ def _use_native(backend):
     return backend == "numba"
 
 
-def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
-    """Exact marginals of chains with shared banded couplings.
-
-    ``a``: ``(..., N, S)`` natural fields ``beta h`` (``-inf`` marks a key that is held at 0);
-    ``c``: ``(N, r)`` natural couplings ``beta w(d)`` for distances ``d = 1..r`` (``r >= 1``).
-    The distribution of chain ``(..., n)`` is ``p(s) ∝ exp(sum_k a_k s_k + sum_k sum_d c_nd s_k
-    s_{k-d})``. Returns ``m`` ``(..., N, S)`` with ``m_k = P(s_k = 1)`` (0 where held).
-    Reverse-mode differentiable in ``a`` and ``c`` (a ``custom_vjp``; see the module notes).
-    The arithmetic is in probability space: in float32 it is exact to about 1e-6 while
-    ``max_n sum_d |c_nd| <= 30`` (beyond 20 a slower, per-key renormalized path runs); beyond
-    30 the result is NaN (float64: 240).
-
-    ``coupling_grad=False`` holds ``c`` constant (``stop_gradient``): the gradient then needs
-    no pair statistics and no recomputation inside blocks, and costs about half as much.
-
-    ``backend``: where the forward pass runs, ``"auto"`` (default: the compiled kernel of
-    :mod:`._native` on the CPU, else JAX), ``"numba"`` or ``"jax"``; the same numbers to float
-    precision, and the same gradient (always JAX's).
-    """
+def _chain_values(a, c, coupling_grad, backend):
+    """The chains of :func:`banded_chain_marginals`: ``(x, strong)`` with ``x`` ``(..., N, S)``
+    the marginals on the heads within :func:`_fast_limit` and ``log m`` on the others
+    (``strong`` ``(N,)``), whose marginals may underflow while their ratios matter (the
+    layer's weights). Differentiable in ``a`` and ``c`` (reverse mode)."""
     c = c.astype(a.dtype)
     if not coupling_grad:
         c = jax.lax.stop_gradient(c)
     r = c.shape[-1]
+    strong = _strong_heads(c, a.dtype)
     native = _use_native(backend)
     if native and a.dtype not in (jnp.float32, jnp.float64):
         if backend == "numba":
@@ -639,23 +773,52 @@ def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
         native = False
     if native:
         N, S = a.shape[-2:]
-        m = _native_core(a.reshape(-1, N, S), c, r, bool(coupling_grad)).reshape(a.shape)
-        return _checked(m, c, a.dtype)
+        x = _native_core(a.reshape(-1, N, S), c, r, bool(coupling_grad)).reshape(a.shape)
+        return x, strong
     x, untile = _tiles(a, min(BLOCK, r))  # a block's keys fit in one window (readout)
-    return _checked(untile(_banded_core(x, c, r, bool(coupling_grad))), c, a.dtype)
+    return untile(_banded_core(x, c, r, bool(coupling_grad))), strong
+
+
+def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
+    """Exact marginals of chains with shared banded couplings.
+
+    ``a``: ``(..., N, S)`` natural fields ``beta h`` (``-inf`` marks a key that is held at 0);
+    ``c``: ``(N, r)`` natural couplings ``beta w(d)`` for distances ``d = 1..r`` (``r >= 1``).
+    The distribution of chain ``(..., n)`` is ``p(s) ∝ exp(sum_k a_k s_k + sum_k sum_d c_nd s_k
+    s_{k-d})``. Returns ``m`` ``(..., N, S)`` with ``m_k = P(s_k = 1)`` (0 where held), finite
+    and exact to float precision for any finite ``a`` and ``c``. Reverse-mode differentiable in
+    ``a`` and ``c`` (a ``custom_vjp``; see the module notes).
+
+    Heads with ``sum_d |c_nd| <= 20`` (float32; float64: 160) run in probability space, fast;
+    the others in the log domain (slower; see ``docs/guide/transfer.md``), chosen per head at
+    run time, so one strong head changes neither the results nor the path of the others.
+
+    ``coupling_grad=False`` holds ``c`` constant (``stop_gradient``): the gradient then needs
+    no pair statistics and no recomputation inside blocks, and costs about half as much.
+
+    ``backend``: where the forward pass runs, ``"auto"`` (default: the compiled kernel of
+    :mod:`._native` on the CPU, else JAX), ``"numba"`` or ``"jax"``; the same numbers to float
+    precision, and the same gradient (always JAX's). Raises ``ValueError`` for an unknown
+    backend, and for ``"numba"`` where it cannot run or with a dtype other than float32/64.
+    """
+    x, strong = _chain_values(a, c, coupling_grad, backend)
+    return _with_strong(x, strong, lambda: jnp.exp(x))
 
 
 def banded_chain_log_partition(a, c):
     """``log Z`` ``(..., N)`` of the chains of :func:`banded_chain_marginals` (differentiable by
-    JAX autodiff: ``d log Z / d a = m``), with the same range of couplings."""
+    JAX autodiff: ``d log Z / d a = m``), finite for any finite ``a`` and ``c``, with the same
+    per-head choice of path."""
     *batch, N, _ = a.shape
     c = c.astype(a.dtype)
     x, _ = _tiles(a)
     feat = _window_features(c.shape[-1], a.dtype)
-    lz = _per_block(lambda t, c: _log_partition_tile(t, c, feat), x, c)  # (nt, N, tile)
+    strong = _strong_heads(c, a.dtype)
+    lz = _map_tiles(lambda t, c: _log_partition_tile(t, c, feat), x, _weak(c, strong))
+    lz = _with_strong(lz, strong, lambda: _map_tiles(  # (nt, N, tile)
+        lambda t, c: _log_partition_log_tile(t, c, feat), x, c))
     Q = math.prod(batch)
-    lz = jnp.moveaxis(lz, 0, 1).reshape(N, -1)[:, :Q].T.reshape(*batch, N)
-    return _checked(lz, c, a.dtype)
+    return jnp.moveaxis(lz, 0, 1).reshape(N, -1)[:, :Q].T.reshape(*batch, N)
 
 
 def _causal_packing(T, S, r):
@@ -720,16 +883,31 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partiti
         src, dst = _causal_packing(T, S, r)
         flat = jnp.moveaxis(a, 1, 2).reshape(B, N, T * S)
         packed = jnp.where(src >= 0, jnp.take(flat, jnp.asarray(src.clip(0)), axis=-1), -jnp.inf)
-        m = banded_chain_marginals(jnp.moveaxis(packed, 1, 2), c,  # (B, P, N, Lp)
-                                   coupling_grad=coupling_grad, backend=backend)
-        m = jnp.moveaxis(m, 2, 1).reshape(B, N, -1)
-        m = jnp.where(dst >= 0, jnp.take(m, jnp.asarray(dst.clip(0)), axis=-1), 0.0)
+        x, strong = _chain_values(jnp.moveaxis(packed, 1, 2), c,  # (B, P, N, Lp)
+                                  coupling_grad, backend)
+        x = jnp.moveaxis(x, 2, 1).reshape(B, N, -1)
+        x = jnp.where(dst >= 0, jnp.take(x, jnp.asarray(dst.clip(0)), axis=-1), 0.0)
     else:
-        m = banded_chain_marginals(a, c, coupling_grad=coupling_grad, backend=backend)
-        m = jnp.transpose(m, (0, 2, 1, 3))
-    u = jnp.where(mask, jnp.where(limit, u_lim, m), 0.0)
+        x, strong = _chain_values(a, c, coupling_grad, backend)
+        x = jnp.transpose(x, (0, 2, 1, 3))
+    m, u = _rows(x, strong, mask)
+    u = jnp.where(mask, jnp.where(limit, u_lim, u), 0.0)
     m = jnp.where(mask, jnp.where(limit, m_lim, m), 0.0)
     return Inference(m, u, m, lz)
+
+
+def _rows(x, strong, mask):
+    """Marginals and weights ``(B, N, T, S)`` from :func:`_chain_values`' ``x`` (unpacked): on
+    the strong heads ``x`` is ``log m``, and the weights are ``exp(log m - max)`` over the
+    row's allowed keys, which stay O(1) where every ``m`` underflows; elsewhere both are ``x``."""
+    def mixed(x):
+        s = strong[:, None, None]
+        top = jax.lax.stop_gradient(jnp.max(jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True))
+        top = jnp.where(jnp.isfinite(top), top, 0.0)
+        u = jnp.exp(jnp.where(mask, x, top) - top)
+        return jnp.where(s, jnp.exp(x), x), jnp.where(s, u, x)
+
+    return jax.lax.cond(jnp.any(strong), mixed, lambda x: (x, x), x)
 
 
 def _sparse_limit(a, c):

@@ -4,9 +4,10 @@ The forward pass of the ``transfer`` method (:func:`~isingattn.attention._banded
 banded_chain_marginals`) as one numba kernel, handed to XLA as a typed FFI custom call
 (:mod:`isingattn._ffi`). Same algorithm and numbers as the JAX kernel
 (:func:`~isingattn.attention._banded._marginals_tile`): messages over the ``2^r`` windows, the
-factors scaled to bounded steps, renormalized once per block of ``min(8, r)`` keys (every key
-when the couplings' range is beyond the fast limit), forward messages kept at block ends and the
-block's marginals read from them and the backward message at the block end.
+factors scaled to bounded steps, renormalized once per block of ``min(8, r)`` keys, forward
+messages kept at block ends and the block's marginals read from them and the backward message at
+the block end. Heads whose couplings are beyond the fast limit take the log-domain path of
+:func:`~isingattn.attention._banded._log_marginals_tile` (:func:`_log_unit`) and get ``log m``.
 
 Why it is faster on the CPU: a unit of work is one head and :data:`LANES` queries, whose
 messages (``2^r x LANES`` numbers) stay in the core's cache for the whole chain, where XLA
@@ -18,7 +19,9 @@ T = 512 workload (2048 chains of 521 keys per head, 4 heads, r = 8): see ``docs/
 attention.md``.
 
 Only the forward pass is here; the gradient stays the JAX one (its ``custom_vjp`` needs only the
-fields and couplings). :func:`available` tells whether this path can be used.
+fields and couplings). :func:`available` tells whether this path can be used. Every function is
+cached on disk by numba; the handler XLA calls is a few instructions compiled per process that
+pass this process's addresses to the cached :func:`_handle`.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ MAX_THREADS = max(1, min(os.cpu_count() or 1, 8))
 THREADED_WORK = 1 << 24
 
 if numba is not None:
+    from llvmlite import ir
     from numba import carray, types
+    from numba.extending import intrinsic
 
-    from .._ffi import buffer, dtype_of, error, frame_ok, lead, metadata, ptr, words
+    from .._ffi import _call, buffer, dtype_of, frame_ok, lead, metadata, ptr, words
 
     _OPT = {"nogil": True, "boundscheck": False, "fastmath": True, "error_model": "numpy",
             "cache": True}
@@ -128,12 +133,148 @@ if numba is not None:
                     for q in range(L):
                         ai[q] += tmp[q]
 
+    #: The log-domain path's stand-in for log 0 (finite: no inf - inf; exp of it is 0), as
+    #: ``_banded._neg`` for float32 and float64.
+    NEG = -1e18
+    # no assumption of finite values (held keys arrive as -inf and are clamped to NEG here)
+    _LOG_OPT = {**_OPT, "fastmath": {"nsz", "arcp", "contract", "afn", "reassoc"}}
+
+    @numba.njit(**_LOG_OPT)
+    def _recentre(x, top):
+        L = x.shape[1]
+        for w in range(x.shape[0]):
+            xw = x[w]
+            for q in range(L):
+                xw[q] -= top[q]
+
+    @numba.njit(**_LOG_OPT)
+    def _log_forward_step(alpha, nxt, lC, l0, l1, top):
+        # _forward_step on log messages: log-sum-exp over the oldest key, then re-centred
+        H = alpha.shape[0] // 2
+        L = alpha.shape[1]
+        top[:] = NEG * 64
+        for j in range(H):
+            c0 = lC[2 * j]
+            c1 = lC[2 * j + 1]
+            a0 = alpha[2 * j]
+            a1 = alpha[2 * j + 1]
+            n0 = nxt[j]
+            n1 = nxt[H + j]
+            for q in range(L):
+                x0 = a0[q]
+                x1 = a1[q]
+                y0 = x0 + c0
+                y1 = x1 + c1
+                v0 = max(x0, x1) + math.log1p(math.exp(-abs(x0 - x1))) + l0[q]
+                v1 = max(y0, y1) + math.log1p(math.exp(-abs(y0 - y1))) + l1[q]
+                n0[q] = v0
+                n1[q] = v1
+                top[q] = max(top[q], max(v0, v1))
+        _recentre(nxt, top)
+
+    @numba.njit(**_LOG_OPT)
+    def _log_backward_step(beta, nxt, lC_lo, lC_hi, l0, l1, top):
+        # _backward_step on log messages (bit-reversed state index), re-centred
+        H = beta.shape[0] // 2
+        L = beta.shape[1]
+        top[:] = NEG * 64
+        for j in range(H):
+            b0 = beta[2 * j]
+            b1 = beta[2 * j + 1]
+            n0 = nxt[j]
+            n1 = nxt[H + j]
+            c0 = lC_lo[j]
+            c1 = lC_hi[j]
+            for q in range(L):
+                t0 = l0[q] + b0[q]
+                t1 = l1[q] + b1[q]
+                u0 = c0 + t1
+                u1 = c1 + t1
+                v0 = max(t0, u0) + math.log1p(math.exp(-abs(t0 - u0)))
+                v1 = max(t0, u1) + math.log1p(math.exp(-abs(t0 - u1)))
+                n0[q] = v0
+                n1[q] = v1
+                top[q] = max(top[q], max(v0, v1))
+        _recentre(nxt, top)
+
+    @numba.njit(**_LOG_OPT)
+    def _log_readout(end, beta, rev, acc, mx, tmp, r, K):
+        # acc[i] = log sum over windows with key i of the block set, acc[K] over all windows,
+        # each a log-sum-exp about its own maximum (mx), so that a key whose windows are all far
+        # below the best one keeps its log marginal
+        L = end.shape[1]
+        mx[:, :] = NEG * 64
+        for w in range(end.shape[0]):
+            ew = end[w]
+            bw = beta[rev[w]]
+            for q in range(L):
+                tmp[q] = ew[q] + bw[q]
+            for i in range(K + 1):
+                if i == K or (w >> (r - K + i)) & 1:
+                    mi = mx[i]
+                    for q in range(L):
+                        mi[q] = max(mi[q], tmp[q])
+        acc[:, :] = 0
+        for w in range(end.shape[0]):
+            ew = end[w]
+            bw = beta[rev[w]]
+            for i in range(K + 1):
+                if i == K or (w >> (r - K + i)) & 1:
+                    ai = acc[i]
+                    mi = mx[i]
+                    for q in range(L):
+                        ai[q] += math.exp(ew[q] + bw[q] - mi[q])
+        for i in range(K + 1):
+            ai = acc[i]
+            mi = mx[i]
+            for q in range(L):
+                ai[q] = mi[q] + math.log(ai[q])
+
+    @numba.njit(**_LOG_OPT)
+    def _log_unit(a, out, n, q0, nq, cmax, lC, lC_lo, lC_hi, rev, r, K, nb,
+                  L0, L1, ends, buf, acc, mx, tmp):
+        """The log-domain path for one unit (head ``n``, queries ``q0 ..``): writes
+        ``log P(s_k = 1)`` (about NEG where held) to ``out``, for heads whose couplings are
+        beyond the probability-space range (as ``_banded._log_marginals_tile``)."""
+        S = a.shape[2]
+        L = L0.shape[1]
+        for k in range(nb * K):  # log factors, shifted as in _banded._log_tables
+            for q in range(L):
+                ap = a[q0 + q, n, k] + cmax if (k < S and q < nq) else NEG
+                if not ap > NEG:
+                    ap = NEG
+                up = max(ap, 0.0)
+                L0[k, q] = -up
+                L1[k, q] = ap - up
+        cur = 0
+        buf[0, :, :] = NEG
+        buf[0, 0, :] = 0
+        for b in range(nb):
+            for i in range(K):
+                k = b * K + i
+                _log_forward_step(buf[cur], buf[1 - cur], lC, L0[k], L1[k], tmp)
+                cur = 1 - cur
+            ends[b] = buf[cur]
+        buf[cur, :, :] = 0
+        for b in range(nb - 1, -1, -1):
+            _log_readout(ends[b], buf[cur], rev, acc, mx, tmp, r, K)
+            for i in range(K):
+                k = b * K + i
+                if k < S:
+                    for q in range(nq):
+                        out[q0 + q, n, k] = acc[i, q] - acc[K, q]
+            for i in range(K - 1, -1, -1):
+                k = b * K + i
+                _log_backward_step(buf[cur], buf[1 - cur], lC_lo, lC_hi, L0[k], L1[k], tmp)
+                cur = 1 - cur
+
     @numba.njit(**_OPT)
     def marginals_units(a, c, out, fast_limit, u0, u1):
         """Marginals ``out`` ``(Q, N, S)`` of the chains with fields ``a`` ``(Q, N, S)``
         (``-inf`` = held at 0) and couplings ``c`` ``(N, r)``, for the units ``u0 .. u1 - 1``
         (unit ``u``: head ``u // G``, queries ``(u % G) * LANES`` onwards, ``G`` groups of
-        :data:`LANES` queries per head)."""
+        :data:`LANES` queries per head); on the heads with ``sum_d |c_nd| > fast_limit``,
+        their logarithms, by the log-domain path (:func:`_log_unit`)."""
         Q, S = a.shape[0], a.shape[2]
         r = c.shape[1]
         R = 1 << r
@@ -157,10 +298,14 @@ if numba is not None:
             rev[w] = x
         acc = np.empty((K + 1, L), dt)
         tmp = np.empty(L, dt)
+        lC = np.empty(R, dt)
+        lC_lo = np.empty(R // 2, dt)
+        lC_hi = np.empty(R // 2, dt)
+        mx = np.empty((K + 1, L), dt)
         head = -1
         cmax = 0.0
         ecm = 1.0
-        every = K
+        strong = False
         for u in range(u0, u1):
             n = u // G
             q0 = (u % G) * L
@@ -176,12 +321,19 @@ if numba is not None:
                     t = 0.0
                     for d in range(r):
                         t += c[n, d] * ((w >> (r - 1 - d)) & 1)
+                    lC[w] = t - cmax
                     C[w] = math.exp(t - cmax)
                 for w in range(R // 2):  # the halves of the bit-reversed table
                     C_lo[w] = C[rev[w]]
                     C_hi[w] = C[rev[w + R // 2]]
-                every = K if cmax - cmin <= fast_limit else 1
+                    lC_lo[w] = lC[rev[w]]
+                    lC_hi[w] = lC[rev[w + R // 2]]
+                strong = cmax - cmin > fast_limit
                 ecm = math.exp(cmin - cmax)
+            if strong:
+                _log_unit(a, out, n, q0, nq, cmax, lC, lC_lo, lC_hi, rev, r, K, nb,
+                          F0, F1, ends, buf, acc, mx, tmp)
+                continue
             for k in range(nb * K):  # per-step factors, scaled to bounded steps
                 for q in range(L):
                     ap = a[q0 + q, n, k] + cmax if (k < S and q < nq) else -np.inf
@@ -199,8 +351,6 @@ if numba is not None:
                     k = b * K + i
                     _forward_step(buf[cur], buf[1 - cur], C, F0[k], F1[k])
                     cur = 1 - cur
-                    if every == 1 and i < K - 1:
-                        _normalize(buf[cur], tmp)
                 _normalize(buf[cur], tmp)
                 ends[b] = buf[cur]
             buf[cur, :, :] = 1
@@ -215,11 +365,9 @@ if numba is not None:
                     k = b * K + i
                     _backward_step(buf[cur], buf[1 - cur], C_lo, C_hi, F0[k], F1[k])
                     cur = 1 - cur
-                    if every == 1 and i > 0:
-                        _normalize(buf[cur], tmp)
                 _normalize(buf[cur], tmp)
 
-    @numba.njit(nogil=True)
+    @numba.njit(nogil=True, cache=True)
     def _run(job):
         """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, out, limit, u0, u1]."""
         Q, N, S, r = job[1], job[2], job[3], job[4]
@@ -236,52 +384,60 @@ if numba is not None:
                             carray(ptr(job[7]), (Q, N, S), dtype=np.float64),
                             limit, job[9], job[10])
 
+    @intrinsic
+    def _pthread_create(typingctx, create, tid, start, arg):
+        """``pthread_create(tid, NULL, start, arg)`` through the function's address."""
+        def codegen(context, builder, signature, args):
+            vp = context.get_value_type(types.voidptr)
+            fn = ir.FunctionType(ir.IntType(32), [vp, vp, vp, vp])
+            f = builder.inttoptr(args[0], fn.as_pointer())
+            return builder.call(f, [builder.inttoptr(args[1], vp), ir.Constant(vp, None),
+                                    builder.inttoptr(args[2], vp), builder.inttoptr(args[3], vp)])
+        return types.int32(types.int64, types.int64, types.int64, types.int64), codegen
 
-def _pthreads():
-    libc = ctypes.CDLL(None)
-    create, join = libc.pthread_create, libc.pthread_join
-    create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    create.restype = ctypes.c_int
-    join.argtypes = [ctypes.c_uint64, ctypes.c_void_p]
-    join.restype = ctypes.c_int
-    return create, join
+    @intrinsic
+    def _pthread_join(typingctx, join, tid):
+        """``pthread_join(tid, NULL)`` through the function's address."""
+        def codegen(context, builder, signature, args):
+            vp = context.get_value_type(types.voidptr)
+            fn = ir.FunctionType(ir.IntType(32), [ir.IntType(64), vp])
+            f = builder.inttoptr(args[0], fn.as_pointer())
+            return builder.call(f, [args[1], ir.Constant(vp, None)])
+        return types.int32(types.int64, types.int64), codegen
 
+    _HANDLE_SIG = types.voidptr(types.voidptr, *[types.int64] * 5)
 
-def _compile_handler():
-    pthread_create, pthread_join = _pthreads()
-
-    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
-    def _worker(job):
-        _run(carray(job, (11,), dtype=np.int64))
-        return ptr(0)
-
-    worker = _worker.address
-
-    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
-    def _handler(frame_ptr):
+    @numba.cfunc(_HANDLE_SIG, nopython=True, cache=True)
+    def _handle(frame_ptr, create, join, worker, error_args, threads):
+        """The custom call: check the frame, share the units out among threads (the calling
+        one takes share 0) and run them. Every address it calls (``pthread_create``,
+        ``pthread_join``, the worker, XLA's error constructor's arguments) and the thread count
+        come in as arguments, so that the compiled code holds nothing of this process and can
+        be cached on disk (see ``docs/guide/transfer.md`` for what per-process compilation
+        cost)."""
         frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
         if metadata(frame):
             return ptr(0)
         if not frame_ok(frame, 3):
-            return error(frame)
+            return _call(words(frame[2], 7)[6], error_args)
         args = words(frame[9], 3)
         dt = dtype_of(args[0])
         if dt != _ffi.F32 and dt != _ffi.F64:
-            return error(frame)
+            return _call(words(frame[2], 7)[6], error_args)
         a, rank, a_dims = buffer(args[0], dt, 2)
         c, c_rank, c_dims = buffer(args[1], dt, 2)
         limit, _, _ = buffer(args[2], dt, 0)
         out, out_rank, _ = buffer(words(frame[14], 1)[0], dt, 2)
         if rank < 0 or c_rank != 2 or out_rank != rank:
-            return error(frame)
+            return _call(words(frame[2], 7)[6], error_args)
         dims = words(a_dims, rank)
         cd = words(c_dims, 2)
         N, S = dims[rank - 2], dims[rank - 1]
         if cd[0] != N:
-            return error(frame)
+            return _call(words(frame[2], 7)[6], error_args)
         Q = lead(dims, rank, 2)
         units = N * ((Q + LANES - 1) // LANES)
-        T = min(MAX_THREADS, units)
+        T = min(threads, units)
         if Q * N * S << cd[1] < THREADED_WORK:
             T = 1
         jobs = np.empty((max(T, 1), 11), np.int64)
@@ -297,22 +453,56 @@ def _compile_handler():
             jobs[t, 8] = limit
             jobs[t, 9] = units * t // T
             jobs[t, 10] = units * (t + 1) // T
-        tids = np.zeros(max(T, 1), np.uint64)
+        tids = np.zeros(max(T, 1), np.int64)
         started = np.zeros(max(T, 1), np.int64)
         for t in range(1, T):  # the calling thread takes share 0
-            rc = pthread_create(ptr(tids.ctypes.data + 8 * t), ptr(0), ptr(worker),
-                                ptr(jobs.ctypes.data + 88 * t))
+            rc = _pthread_create(create, tids.ctypes.data + 8 * t, worker,
+                                 jobs.ctypes.data + 88 * t)
             started[t] = rc == 0
         if T > 0:
             _run(jobs[0])
         for t in range(1, T):
             if started[t]:
-                pthread_join(tids[t], ptr(0))
+                _pthread_join(join, tids[t])
             else:  # no thread: do its share here
                 _run(jobs[t])
         return ptr(0)
 
-    return _handler, _worker  # the worker's address is baked into the handler: keep it alive
+    @intrinsic
+    def _call_handle(typingctx, handle, frame, create, join, worker, error_args, threads):
+        """Call :func:`_handle` through its address: a call of the dispatcher would link its
+        code into the caller, whose compilation would then optimize all of it again."""
+        def codegen(context, builder, signature, args):
+            vp = context.get_value_type(types.voidptr)
+            fn = ir.FunctionType(vp, [vp] + [ir.IntType(64)] * 5)
+            f = builder.inttoptr(args[0], fn.as_pointer())
+            return builder.call(f, list(args[1:]))
+        return _HANDLE_SIG.return_type(types.int64, *_HANDLE_SIG.args), codegen
+
+    @numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
+    def _worker(job):
+        _run(carray(job, (11,), dtype=np.int64))
+        return ptr(0)
+
+
+def _compile_handler():
+    """The handler: a thin ``cfunc`` that passes this process's addresses to the cached
+    :func:`_handle` (only this wrapper, a few instructions, is compiled per process)."""
+    libc = ctypes.CDLL(None)
+    create = ctypes.cast(libc.pthread_create, ctypes.c_void_p).value
+    join = ctypes.cast(libc.pthread_join, ctypes.c_void_p).value
+    worker = _worker.address
+    error_args = _ffi._ERROR_ARGS_ADDRESS
+    threads = MAX_THREADS
+
+    handle = _handle.address
+
+    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
+    def _handler(frame_ptr):
+        return _call_handle(handle, frame_ptr, create, join, worker, error_args, threads)
+
+    # the addresses of the others are baked into the handler: keep them alive
+    return _handler, _handle, _worker
 
 
 def _register():
@@ -327,9 +517,11 @@ def available():
 
 def transfer_marginals(a, c, fast_limit):
     """Marginals of banded chains: ``a`` ``(..., N, S)`` natural fields (``-inf`` = held),
-    ``c`` ``(N, r)`` natural couplings, both float32 or both float64; ``fast_limit`` the
-    couplings' range up to which one renormalization per block suffices (beyond it, every key).
-    Returns ``(..., N, S)``: the same numbers as the JAX kernel to float precision."""
+    ``c`` ``(N, r)`` natural couplings, both float32 or both float64; ``fast_limit`` the largest
+    ``sum_d |c_nd|`` of a head that the probability-space path takes. Returns ``(..., N, S)``:
+    the marginals, on the heads beyond ``fast_limit`` their logarithms (log-domain path; about
+    -1e18 where held); the same numbers as the JAX kernel (``_banded._banded_core``) to float
+    precision. Raises ``ValueError`` for mismatched shapes, ``r = 0`` or another dtype."""
     _register()
     a = jnp.asarray(a)
     c = jnp.asarray(c, a.dtype)

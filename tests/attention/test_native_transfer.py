@@ -1,9 +1,9 @@
 """The compiled forward pass of ``method='transfer'`` (``isingattn.attention._native``) against
 the JAX kernel it replaces on the CPU: marginals to float precision for every range ``r`` that
-changes the block layout, held keys, both dtypes, couplings in the per-key renormalized range
-and beyond it (NaN in both), the threaded path, ``jax.vmap``, the gradient (JAX's in both), and
-its errors. ``tests/attention/test_banded.py`` compares the default path (this one on the CPU)
-with exact enumeration. No statistical assertions."""
+changes the block layout, held keys, both dtypes, heads beyond the probability-space range (the
+log-domain path, per head, in both), the threaded path, ``jax.vmap``, the gradient (JAX's in
+both), and its errors. ``tests/attention/test_banded.py`` compares the default path (this one
+on the CPU) with exact enumeration. No statistical assertions."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from isingattn.attention import _native
-from isingattn.attention._banded import _coupling_limits, banded_chain_marginals
+from isingattn.attention._banded import _fast_limit, banded_chain_marginals
 
 pytestmark = pytest.mark.skipif(not _native.available(),
                                 reason="numba not installed or JAX not on the CPU")
@@ -48,16 +48,21 @@ def test_float64():
         np.testing.assert_allclose(m, ref, atol=1e-12)
 
 
-def test_strong_couplings_renormalize_every_key_and_beyond_the_range_are_nan():
-    fast, safe = _coupling_limits(jnp.float32)
-    a, c = _chains(20, 2, 30, 8, seed=2)
-    # range between the fast and the safe limit: per-key renormalization in both paths
-    c_strong = c / jnp.sum(jnp.abs(c), axis=1, keepdims=True) * (fast + safe) / 2
-    m, ref = _both(a, c_strong)
-    np.testing.assert_allclose(m, ref, atol=5e-6)
-    c_beyond = c / jnp.sum(jnp.abs(c), axis=1, keepdims=True) * (safe + 1)
-    m, ref = _both(a, c_beyond)
-    assert np.all(np.isnan(m)) and np.all(np.isnan(ref))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_strong_heads_take_the_log_domain_path_in_both(dtype):
+    """Heads beyond the fast range (here 2x and 10x it, next to a weak head) run the log-domain
+    path of each kernel: the same finite marginals, and the weak head's are the fast path's."""
+    with jax.enable_x64(dtype == jnp.float64):
+        fast = _fast_limit(dtype)
+        a, c = _chains(70, 3, 30, 8, seed=2, dtype=dtype, field_scale=20.0)
+        c = c / jnp.sum(jnp.abs(c), axis=1, keepdims=True) * jnp.array([[1.0], [2 * fast],
+                                                                         [10 * fast]], dtype)
+        m, ref = _both(a, c)
+        assert np.all(np.isfinite(m))
+        np.testing.assert_allclose(m, ref, atol=1e-5 if dtype == jnp.float32 else 1e-12)
+        weak, _ = _both(a[:, :1], c[:1])
+        np.testing.assert_array_equal(m[:, :1], weak)
+        assert np.all(m[np.isneginf(np.asarray(a))] == 0)
 
 
 def test_threaded_call_matches():
@@ -67,6 +72,9 @@ def test_threaded_call_matches():
     a, c = _chains(Q, N, S, r, seed=3)
     m, ref = _both(a, c)
     np.testing.assert_allclose(m, ref, atol=2e-6)
+    c = c.at[1].multiply(20.0)  # one head in the log-domain path (range 52)
+    m, ref = _both(a, c)
+    np.testing.assert_allclose(m, ref, atol=1e-5)
 
 
 def test_vmap_and_leading_axes():
