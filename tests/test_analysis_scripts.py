@@ -111,7 +111,7 @@ def test_rows_without_readable_settings_are_refused(tmp_path, results_table):
 
 
 SCRIPTS = ["ising2d_phase", "critical_slowing_down", "diabatic_effective_beta",
-           "train_cooperation", "bracket_matching", "char_lm"]
+           "train_cooperation", "bracket_matching", "char_lm", "annealer_training"]
 
 _PARSERS = """
 import argparse, importlib, json, sys
@@ -271,3 +271,35 @@ def test_char_lm_quick_runs_every_phase_reports_and_resumes(tmp_path):
     assert "points to run" not in again.stderr  # everything was in the table
     assert len(read_rows(out / "char_lm.csv")) == len(rows)
     assert json.loads((out / "samples.json").read_text()) == summary["samples"]
+
+
+def test_annealer_training_quick_resumes_from_its_table(tmp_path):
+    """Quick preset: the exact reference and sampled:exact (M = 8) on pair-copy L = 6. A session
+    stopped after one point (--max-points 1) is continued by the next, which runs only the
+    missing point; every sampled run records its sampler's measured effective temperatures and
+    is evaluated with exact inference too."""
+    out = tmp_path / "a"
+    first = run_script("annealer_training.py", "--quick", "--out", out, "--max-points", "1")
+    assert "2 of 2 points to run" in first.stderr
+    assert [r["source"] for r in read_rows(out / "annealer_training.csv")] == ["exact"]
+    proc = run_script("annealer_training.py", "--quick", "--out", out)
+    assert "1 of 2 points to run" in proc.stderr
+    rows = read_rows(out / "annealer_training.csv")
+    assert [r["source"] for r in rows] == ["exact", "sampled-exact"]
+    sampled = rows[1]
+    assert sampled["method"] == "sampled:exact" and int(sampled["num_samples"]) == 8
+    # exact draws at beta = 1: the fitted field temperature is near 1 (64 draws x 2 probes)
+    gamma_h = float(sampled["gamma_h_first"])
+    assert 0.5 < gamma_h < 2.0, gamma_h
+    for k in ("test_accuracy", "exact_test_accuracy", "seconds_per_step"):
+        assert 0 <= float(sampled[k]) < float("inf"), k
+    curves = json.loads((out / "curves.json").read_text())
+    name = "pair-copy_L6_sampled-exact_M8_s0"
+    assert curves[name]["calibration"] and curves[name]["metrics"]
+    for f in ("summary.json", "summary.md", "gap_vs_samples.png", "learning_curves.png",
+              "effective_temperatures.png"):
+        assert (out / f).exists(), f
+    assert "gap to exact" in proc.stdout
+    again = run_script("annealer_training.py", "--quick", "--out", out)
+    assert "points to run" not in again.stderr
+    assert len(read_rows(out / "annealer_training.csv")) == 2

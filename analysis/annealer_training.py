@@ -1,0 +1,518 @@
+"""Annealer training: is training Boltzmann attention on samples from a (simulated) diabatic
+quantum annealer competitive with exact Boltzmann statistics?
+
+Every point is a training run of ``isingattn.experiments`` with one *gradient source*; the model,
+optimizer, steps, data and seeds are the same for every source, only the method that computes the
+layer's statistics (and so its gradients) changes:
+
+- ``exact``: enumeration (the reference);
+- ``sampled-exact``: ``M`` exact draws per query (``sampled:exact``): Monte-Carlo noise alone;
+- ``gibbs``: ``M`` draws of one Gibbs chain per query (``sampled:gibbs``, burn-in and thinning
+  below);
+- ``diabatic-t<t_a>``: the state-vector anneal (``sampled:diabatic``, schedule ``dwave_like``)
+  at anneal times spanning the short-anneal regime (``t_a`` = 0.1 ns: ``beta_h`` = 0.05, nearly
+  uniform draws) and beyond (2 ns: ``beta_h`` = 8), each uncalibrated and with measured
+  calibration (``-cal``: scales re-estimated every ``calibrate_every`` steps);
+- ``qpu-offline``: the tiled QPU path on dwave-system's ``MockDWaveSampler`` with its
+  simulated-annealing emulator (``auto_scale`` off), uncalibrated and calibrated.
+
+Every source runs at the headline ``M``, those of ``m_sweep`` at every ``M`` of the preset. Every sampled run measures its
+sampler's effective temperatures ``(gamma_h, gamma_J)`` on probe models every
+``calibrate_every`` steps (uncalibrated runs only measure). Each finished run is evaluated on
+the test split with its training sampler (the run's final metrics) and with exact inference.
+
+Files under ``--out``: ``annealer_training.csv`` (one row per point: task, source, M, seed,
+test accuracy with the training sampler and with exact inference, the effective temperatures
+and scales at the first and last measurement, seconds per step), ``curves.json`` (validation
+curves and calibration records per point), ``summary.json``, ``summary.md`` and the plots.
+An interrupted sweep resumes: finished points are read back, an unfinished run continues from
+its checkpoint. The protocol (the ``PRESETS`` table) is written next to the CSV; resuming under
+another protocol stops with the settings that differ.
+
+Run (resumable, spread over sessions)::
+
+    .venv/bin/python analysis/annealer_training.py --out docs/results/annealer-training
+
+and ``--quick`` (under a minute) to check the pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import os
+import sys
+import time
+
+import numpy as np
+from _training import enable_compilation_cache, read_json, run_point, write_json
+
+from isingattn.experiments import TrainConfig
+from isingattn.experiments._stats import mean_interval, paired_difference
+
+from _results import ResultsTable  # analysis/_results.py (the script's folder)
+
+PRESETS = {
+    "full": {
+        "tasks": {"pair-copy": 8, "bracket": 8},
+        "anneal_times": [0.1, 0.5, 2.0],
+        "num_samples": [64, 16, 256],  # the first is the headline M (every source)
+        # the sources also run at the other M
+        "m_sweep": ["sampled-exact", "gibbs", "diabatic-t0.5", "diabatic-t0.5-cal",
+                    "qpu-offline-cal"],
+        "seeds": [0, 1, 2],
+        "qpu": {"topology_shape": [6], "auto_scale": False},
+        "gibbs": {"num_burnin": 50, "thinning": 2},
+        "only": None,  # every source
+        "layers": 2, "d_model": 32, "heads": 2, "bandwidth": 2, "bracket_types": 4,
+        "steps": 300, "batch": 32, "lr": 3e-3, "warmup": 20, "beta": 1.0,
+        "eval_every": 25, "eval_examples": 128, "test_examples": 512,
+        "calibrate_every": 25, "calibrate_probes": 8, "calibrate_samples": 512,
+    },
+    "quick": {
+        "tasks": {"pair-copy": 6},
+        "anneal_times": [0.5],
+        "num_samples": [8],
+        "m_sweep": [],
+        "seeds": [0],
+        "qpu": None,
+        "gibbs": None,
+        "only": ["exact", "sampled-exact"],
+        "layers": 1, "d_model": 8, "heads": 1, "bandwidth": 2, "bracket_types": 2,
+        "steps": 2, "batch": 4, "lr": 3e-3, "warmup": 1, "beta": 1.0,
+        "eval_every": 2, "eval_examples": 8, "test_examples": 8,
+        "calibrate_every": 2, "calibrate_probes": 2, "calibrate_samples": 64,
+    },
+}
+
+FIELDS = ["task", "length", "source", "method", "annealing_time", "calibrate", "num_samples",
+          "seed", "test_accuracy", "test_loss", "exact_test_accuracy", "exact_test_loss",
+          "valid_accuracy", "gamma_h_first", "gamma_J_first", "gamma_h_last", "gamma_J_last",
+          "c_h_last", "c_J_last", "seconds_per_step", "calibration_seconds",
+          "compile_seconds", "wall_seconds"]
+FLOATS = FIELDS[8:]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A gradient source: the training method, its backend options and calibration."""
+
+    name: str
+    method: str
+    options: tuple = ()
+    calibrate: str | None = None
+    annealing_time: float | None = None
+
+    @property
+    def sampled(self):
+        return self.method.startswith("sampled:")
+
+
+def sources(P) -> list[Source]:
+    out = [Source("exact", "exact"), Source("sampled-exact", "sampled:exact")]
+    if P["gibbs"] is not None:
+        out.append(Source("gibbs", "sampled:gibbs", tuple(sorted(P["gibbs"].items()))))
+    for t in P["anneal_times"]:
+        opts = (("annealing_time", t),)
+        out.append(Source(f"diabatic-t{t:g}", "sampled:diabatic", opts, None, t))
+        out.append(Source(f"diabatic-t{t:g}-cal", "sampled:diabatic", opts, "measured", t))
+    if P["qpu"] is not None:
+        opts = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                            for k, v in P["qpu"].items()))
+        out.append(Source("qpu-offline", "sampled:qpu_offline", opts))
+        out.append(Source("qpu-offline-cal", "sampled:qpu_offline", opts, "measured"))
+    if P.get("only") is not None:
+        out = [s for s in out if s.name in P["only"]]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    task: str
+    length: int
+    source: Source
+    num_samples: int  # 0 for exact
+    seed: int
+
+    @property
+    def key(self):
+        return (self.task, self.source.name, self.num_samples, self.seed)
+
+    @property
+    def name(self):
+        m = f"_M{self.num_samples}" if self.num_samples else ""
+        return f"{self.task}_L{self.length}_{self.source.name}{m}_s{self.seed}"
+
+
+def points(P) -> list[Point]:
+    """Headline M first (every source, seed by seed, task by task), then the other M for the
+    sources of ``m_sweep``."""
+    srcs = sources(P)
+    out = []
+    for i, M in enumerate(P["num_samples"]):
+        for task, L in P["tasks"].items():
+            for s in P["seeds"]:
+                for src in srcs:
+                    if not src.sampled:
+                        if i == 0:
+                            out.append(Point(task, L, src, 0, s))
+                    elif i == 0 or src.name in P["m_sweep"]:
+                        out.append(Point(task, L, src, M, s))
+    return out
+
+
+def config_of(p: Point, P) -> TrainConfig:
+    src = p.source
+    opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in src.options}
+    extra = {}
+    if src.sampled:
+        extra = dict(num_samples=p.num_samples, backend_options=opts, calibrate=src.calibrate,
+                     calibrate_every=P["calibrate_every"],
+                     calibrate_probes=P["calibrate_probes"],
+                     calibrate_samples=P["calibrate_samples"])
+    task = {"task": p.task}
+    if p.task == "bracket":
+        task.update(bracket_variant="match", bracket_types=P["bracket_types"])
+    return TrainConfig(
+        **task, length=p.length, attention="learned", structure="banded",
+        method=src.method, bandwidth=P["bandwidth"], beta=P["beta"], layers=P["layers"],
+        d_model=P["d_model"], heads=P["heads"], steps=P["steps"], batch=P["batch"],
+        lr=P["lr"], warmup=P["warmup"], seed=p.seed, eval_every=P["eval_every"],
+        eval_examples=P["eval_examples"], test_examples=P["test_examples"],
+        checkpoint_every=max(P["eval_every"], 50), **extra)
+
+
+def _read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+#: Standard error of a measured effective temperature, relative to it, above which the
+#: measurement is not reported (the same 20% below which calibration does not act on it:
+#: learned couplings start at 0, so gamma_J is unidentified early in training).
+MAX_RELATIVE_SE = 0.2
+
+
+def _head_mean(records, step, name):
+    """Mean over layers and heads of ``name`` in the first round of the measurement at ``step``
+    (the sampler as it was programmed during the steps before), for ``gamma_h`` / ``gamma_J``
+    over the heads where it is measured to :data:`MAX_RELATIVE_SE`."""
+    sel = [r for r in records if int(r["step"]) == step and int(r["round"]) == 0]
+    vals = []
+    for r in sel:
+        if r[name] in ("", "nan"):
+            continue
+        v = float(r[name])
+        se = {"gamma_h": "se_h", "gamma_J": "se_J"}.get(name)
+        if se is not None:
+            e = float(r[se]) if r[se] not in ("", "nan") else math.nan
+            if not (math.isfinite(e) and v > 0 and e < MAX_RELATIVE_SE * v):
+                continue
+        if math.isfinite(v):
+            vals.append(v)
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _scales_after(records, step, name):
+    """Mean over layers and heads of the scale ``name`` after the last round at ``step``."""
+    sel = [r for r in records if int(r["step"]) == step]
+    if not sel:
+        return math.nan
+    last = max(int(r["round"]) for r in sel)
+    return float(np.mean([float(r[name]) for r in sel if int(r["round"]) == last]))
+
+
+def measure(p: Point, P, runs_dir, curves_path):
+    from isingattn.experiments import evaluate_run
+
+    config = config_of(p, P)
+    run_dir = os.path.join(runs_dir, p.name)
+    final = run_point(config, run_dir)
+    exact = final["test"]
+    if p.source.sampled:
+        exact = evaluate_run(run_dir, overrides={"method": "exact", "calibrate": None,
+                                                 "calibrate_every": None})["metrics"]
+    curves = [r for r in _read_csv(os.path.join(run_dir, "metrics.csv"))]
+    cal = _read_csv(os.path.join(run_dir, "calibration.csv"))
+    steps = sorted({int(r["step"]) for r in cal})
+    first, last = (steps[0], steps[-1]) if steps else (None, None)
+    store = read_json(curves_path, {})
+    store[p.name] = {"metrics": curves, "calibration": cal}
+    write_json(curves_path, store)
+    sps = final["steps_per_second"]
+    return {
+        "task": p.task, "length": p.length, "source": p.source.name,
+        "method": p.source.method, "annealing_time": p.source.annealing_time or "",
+        "calibrate": p.source.calibrate or "", "num_samples": p.num_samples, "seed": p.seed,
+        "test_accuracy": final["test"]["metric"], "test_loss": final["test"]["loss"],
+        "exact_test_accuracy": exact["metric"], "exact_test_loss": exact["loss"],
+        "valid_accuracy": final["valid"]["metric"],
+        "gamma_h_first": _head_mean(cal, first, "gamma_h"),
+        "gamma_J_first": _head_mean(cal, first, "gamma_J"),
+        "gamma_h_last": _head_mean(cal, last, "gamma_h"),
+        "gamma_J_last": _head_mean(cal, last, "gamma_J"),
+        "c_h_last": _scales_after(cal, last, "new_c_h"),
+        "c_J_last": _scales_after(cal, last, "new_c_J"),
+        "seconds_per_step": 1.0 / sps if sps else math.nan,
+        "calibration_seconds": final.get("calibration_seconds", 0.0),
+        "compile_seconds": final["compile_seconds"] or math.nan,
+        "wall_seconds": final["wall_seconds"]}
+
+
+def parse_row(r):
+    out = dict(r)
+    for k in ("length", "num_samples", "seed"):
+        out[k] = int(r[k])
+    for k in FLOATS:
+        out[k] = float(r[k]) if r[k] not in ("", "nan") else math.nan
+    return out
+
+
+def row_key(r):
+    return (r["task"], r["source"], int(r["num_samples"]), int(r["seed"]))
+
+
+def run_points(todo_all, table, P, args):
+    todo = [p for p in todo_all if p.key not in table.done]
+    if not todo:
+        return
+    print(f"{len(todo)} of {len(todo_all)} points to run"
+          + (f" (this session: {args.max_points})" if args.max_points else ""), file=sys.stderr)
+    todo = todo[: args.max_points]
+    curves_path = os.path.join(args.out, "curves.json")
+    for i, p in enumerate(todo, 1):
+        t0 = time.perf_counter()
+        row = measure(p, P, args.runs, curves_path)
+        text = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
+        table.append(text)
+        table.rows[-1] = parse_row({k: str(v) for k, v in text.items()})
+        print(f"[{i}/{len(todo)}] {p.task:9s} {p.source.name:18s} M={p.num_samples:<4d} "
+              f"seed={p.seed}: test acc {row['test_accuracy']:.4f} (exact inference "
+              f"{row['exact_test_accuracy']:.4f}) {row['seconds_per_step']:.3f} s/step "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+# ------------------------------------------------------------------------------------------------
+
+
+def summarize(rows, P):
+    """Accuracy per (task, source, M) over seeds, paired gaps to ``exact``, effective
+    temperatures, seconds per step."""
+    out = {}
+    order = [s.name for s in sources(P)]
+    for task in P["tasks"]:
+        ref = {r["seed"]: r["test_accuracy"] for r in rows
+               if r["task"] == task and r["source"] == "exact"}
+        cells = []
+        for name in order:
+            for M in sorted({r["num_samples"] for r in rows if r["source"] == name}):
+                sel = [r for r in rows if r["task"] == task and r["source"] == name
+                       and r["num_samples"] == M]
+                if not sel:
+                    continue
+                acc = {r["seed"]: r["test_accuracy"] for r in sel}
+                eacc = {r["seed"]: r["exact_test_accuracy"] for r in sel}
+                cells.append({
+                    "source": name, "num_samples": M, "seeds": sorted(acc),
+                    "accuracy": mean_interval(list(acc.values())),
+                    "exact_accuracy": mean_interval(list(eacc.values())),
+                    "gap": paired_difference(acc, ref) if name != "exact" else None,
+                    "exact_gap": paired_difference(eacc, ref) if name != "exact" else None,
+                    "gamma_h_first": float(np.nanmean([r["gamma_h_first"] for r in sel]))
+                    if any(np.isfinite(r["gamma_h_first"]) for r in sel) else math.nan,
+                    "gamma_J_last": _nanmean([r["gamma_J_last"] for r in sel]),
+                    "gamma_h_last": _nanmean([r["gamma_h_last"] for r in sel]),
+                    "seconds_per_step": float(np.median([r["seconds_per_step"] for r in sel]))})
+        out[task] = cells
+    return {"tasks": out, "points": len(rows)}
+
+
+def _nanmean(x):
+    x = np.asarray(x, float)
+    return float(np.mean(x[np.isfinite(x)])) if np.any(np.isfinite(x)) else math.nan
+
+
+def _iv(i, digits=3):
+    if i is None or not np.isfinite(i.mean):
+        return "–"
+    if not np.isfinite(i.low):
+        return f"{i.mean:.{digits}f} (n={i.n})"
+    return f"{i.mean:.{digits}f} ± {i.half_width:.{digits}f}"
+
+
+def _f(x, d=3):
+    return "–" if not np.isfinite(x) else f"{x:.{d}f}"
+
+
+def markdown(S, P):
+    lines = []
+    for task, cells in S["tasks"].items():
+        lines += [f"### {task} (L = {P['tasks'][task]}): test accuracy, mean ± 95% t-interval "
+                  "over seeds", "",
+                  "| source | M | seeds | acc (training sampler) | acc (exact inference) | "
+                  "gap to exact (sampler) | gap to exact (exact inf.) | γ_h first | γ_h last | "
+                  "γ_J last | s/step |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for c in cells:
+            lines.append(
+                f"| {c['source']} | {c['num_samples'] or '–'} | {len(c['seeds'])} | "
+                f"{_iv(c['accuracy'])} | {_iv(c['exact_accuracy'])} | {_iv(c['gap'])} | "
+                f"{_iv(c['exact_gap'])} | {_f(c['gamma_h_first'])} | {_f(c['gamma_h_last'])} | "
+                f"{_f(c['gamma_J_last'])} | {_f(c['seconds_per_step'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(S, rows, curves, P, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(S["tasks"])
+    if not rows:
+        return
+    # gap to exact against M, one line per source
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        by = {}
+        for c in S["tasks"][task]:
+            if c["gap"] is not None and np.isfinite(c["gap"].mean):
+                by.setdefault(c["source"], []).append((c["num_samples"], c["gap"]))
+        for i, (name, pts) in enumerate(by.items()):
+            pts.sort()
+            xs = [m for m, _ in pts]
+            ys = [g.mean for _, g in pts]
+            hw = [g.half_width if np.isfinite(g.half_width) else 0 for _, g in pts]
+            ax.errorbar(xs, ys, yerr=hw, marker="o", capsize=3, label=name, color=f"C{i % 10}",
+                        ls="--" if name.endswith("-cal") else "-")
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("draws per query M")
+        ax.set_ylabel("test accuracy − exact (paired, 95%)")
+        ax.set_title(task)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "gap_vs_samples.png"), dpi=110)
+    plt.close(fig)
+
+    # learning curves at the headline M (validation accuracy, mean over seeds)
+    M0 = P["num_samples"][0]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, src in enumerate(sources(P)):
+            runs = [p for p in points(P) if p.task == task and p.source == src
+                    and p.num_samples in (0, M0) and p.name in curves]
+            series = {}
+            for p in runs:
+                for r in curves[p.name]["metrics"]:
+                    if r["split"] == "valid":
+                        series.setdefault(int(r["step"]), []).append(float(r["metric"]))
+            if series:
+                xs = sorted(series)
+                ax.plot(xs, [np.mean(series[x]) for x in xs], color=f"C{i % 10}",
+                        ls="--" if src.name.endswith("-cal") else "-", label=src.name,
+                        lw=2.2 if src.name == "exact" else 1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"validation accuracy (mean over seeds, M = {M0})")
+        ax.set_title(task)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "learning_curves.png"), dpi=110)
+    plt.close(fig)
+
+    # effective temperatures along training (diabatic and QPU sources, headline M)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, src in enumerate(s for s in sources(P) if s.sampled):
+        for j, name in enumerate(("gamma_h", "gamma_J")):
+            series = {}
+            for p in points(P):
+                if p.source != src or p.num_samples != M0 or p.name not in curves:
+                    continue
+                cal = curves[p.name]["calibration"]
+                for step in sorted({int(r["step"]) for r in cal}):
+                    v = _head_mean(cal, step, name)
+                    if math.isfinite(v):
+                        series.setdefault(step, []).append(v)
+            if series:
+                xs = sorted(series)
+                axes[j].plot(xs, [np.mean(series[x]) for x in xs], color=f"C{i % 10}",
+                             ls="--" if src.name.endswith("-cal") else "-", label=src.name)
+    for j, name in enumerate(("γ_h", "γ_J")):
+        axes[j].axhline(P["beta"], color="gray", lw=0.8)
+        axes[j].set_yscale("log")
+        axes[j].set_xlabel("step")
+        axes[j].set_ylabel(f"measured {name} (mean over heads, seeds, tasks)")
+        axes[j].grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "effective_temperatures.png"), dpi=110)
+    plt.close(fig)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)) and hasattr(x, "_fields"):
+        return dict(zip(x._fields, map(_jsonable, x)))
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def report(table, P, out):
+    S = summarize(table.rows, P)
+    write_json(os.path.join(out, "summary.json"), _jsonable(S))
+    text = markdown(S, P)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text)
+    plot(S, table.rows, read_json(os.path.join(out, "curves.json"), {}), P, out)
+    print(text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Sources, points and files: see the module docstring.")
+    ap.add_argument("--out", default="analysis/results/annealer_training",
+                    help="folder of the results table, curves, summary and plots")
+    ap.add_argument("--runs", default=None,
+                    help="folder of the run directories (default: OUT/runs; not committed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny settings (under a minute): checks the pipeline, not the outcome")
+    ap.add_argument("--report", action="store_true",
+                    help="only write the summary and plots from the table")
+    ap.add_argument("--max-points", type=int, default=None,
+                    help="stop after this many new points (a session's share of the sweep)")
+    ap.add_argument("--fresh", action="store_true", help="start the table over")
+    ap.add_argument("--cache", default=None,
+                    help="persistent compilation cache folder (default: RUNS/.jax_cache)")
+    args = ap.parse_args(argv)
+    if args.max_points is not None and args.max_points < 1:
+        ap.error(f"--max-points must be >= 1; got {args.max_points}")
+    preset = "quick" if args.quick else "full"
+    P = PRESETS[preset]
+    os.makedirs(args.out, exist_ok=True)
+    args.runs = args.runs or os.path.join(args.out, "runs")
+    table = ResultsTable(os.path.join(args.out, "annealer_training.csv"), FIELDS, row_key,
+                         settings=None if args.report else {"preset": preset, **P},
+                         parse=parse_row, fresh=args.fresh)
+    if args.fresh and os.path.exists(os.path.join(args.out, "curves.json")):
+        os.remove(os.path.join(args.out, "curves.json"))
+    if not args.report:
+        enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
+        run_points(points(P), table, P, args)
+    report(table, P, args.out)
+
+
+if __name__ == "__main__":
+    main()
