@@ -146,11 +146,23 @@ class Point:
         return f"{self.task}_L{self.length}_{self.source.name}{m}_s{self.seed}"
 
 
+def _slow(src: Source, P) -> bool:
+    """Sources whose simulation needs many integration steps: the longest anneal, and the
+    calibrated shortest one (its scales, and so its fields, are large). The integrator's step
+    count grows with ``t_a`` times the largest field sum (about 64 steps at t_a = 0.5 ns and
+    field sum 1, 850 at 20; 900 at t_a = 2 ns and field sum 5)."""
+    t = src.annealing_time
+    if t is None or len(P["anneal_times"]) < 2:
+        return False
+    return t == max(P["anneal_times"]) or (t == min(P["anneal_times"]) and bool(src.calibrate))
+
+
 def points(P) -> list[Point]:
     """Headline M first (every source, seed by seed, task by task), then the other M for the
-    sources of ``m_sweep``."""
+    sources of ``m_sweep``, then the headline M of the slow sources (:func:`_slow`), so that a
+    sweep spread over sessions has its cheaper comparisons complete first."""
     srcs = sources(P)
-    out = []
+    out, slow = [], []
     for i, M in enumerate(P["num_samples"]):
         for task, L in P["tasks"].items():
             for s in P["seeds"]:
@@ -158,9 +170,11 @@ def points(P) -> list[Point]:
                     if not src.sampled:
                         if i == 0:
                             out.append(Point(task, L, src, 0, s))
+                    elif i == 0 and _slow(src, P):
+                        slow.append(Point(task, L, src, M, s))
                     elif i == 0 or src.name in P["m_sweep"]:
                         out.append(Point(task, L, src, M, s))
-    return out
+    return out + slow
 
 
 def config_of(p: Point, P) -> TrainConfig:

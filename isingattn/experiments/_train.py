@@ -597,6 +597,9 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
              "calibration_seconds": clock.get("calibration", 0.0),
              "final_eval_seconds": time.perf_counter() - t_eval,
              "attention": attention_summary(trainer.model()), "versions": versions()}
+    qpu = qpu_summary(config)
+    if qpu is not None:
+        final["qpu"] = qpu
     _write_json(os.path.join(out, "final.json"), final)
     return final
 
@@ -619,6 +622,26 @@ def _divergence_message(step, loss, finite, out):
     last = f"; the last checkpoint (step {steps[-1]}) is kept" if steps else ""
     return (f"training stopped at step {step}: {what}{grads}{last}. Lower the learning rate or "
             "beta, or clip gradients (--clip)")
+
+
+def qpu_summary(config) -> dict | None:
+    """For a ``sampled:qpu`` / ``sampled:qpu_offline`` run: the QPU calls this process made for
+    the run's method (``calls``, ``problems``: one per query model) and the record of the last
+    call (problems per call ``tiles``, the embedding's ``qubits``, ``max_chain_length`` and
+    search time, the solver's ``qpu_timing`` and the wall time ``call_s`` of its calls). None for
+    other methods."""
+    from ..samplers import QPUSampler
+    from ._config import build_method
+
+    method = build_method(config)
+    backend = getattr(method, "backend", None)
+    if not isinstance(backend, QPUSampler):
+        return None
+    last = backend.__dict__.get("last_tiled_info") or {}
+    return {"calls": backend.__dict__.get("tiled_calls", 0),
+            "problems": backend.__dict__.get("tiled_problems", 0),
+            "last": {k: last[k] for k in ("tiles", "calls", "embedding", "qpu_timing", "call_s",
+                                          "chain_break_method", "auto_scale") if k in last}}
 
 
 def attention_summary(model) -> list[dict]:

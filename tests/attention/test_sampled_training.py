@@ -501,3 +501,18 @@ def test_updated_scales_follow_the_measured_response_and_stop_at_saturation():
     # a component measured worse than 20% keeps its value
     bad = {"head": 0, "gamma_h": 0.5, "gamma_J": 2.0, "se_h": 0.2, "se_J": 0.01}
     np.testing.assert_allclose(updated_scales(np.ones((1, 2)), [bad], 1.0), [[1.0, 0.5]])
+
+
+def test_qpu_offline_run_records_its_calls(tmp_path):
+    """A short sampled:qpu_offline run writes the QPU calls and the last call's record (tiles,
+    embedding, per-call timing) into final.json."""
+    from isingattn.experiments import train
+
+    config = _cfg(method="sampled:qpu_offline", num_samples=4, steps=1, eval_every=1,
+                  backend_options={"topology_shape": [3], "auto_scale": False})
+    final = train(config, str(tmp_path / "q"), progress=False)
+    qpu = final["qpu"]
+    assert qpu["calls"] >= 1 and qpu["problems"] >= qpu["calls"]
+    last = qpu["last"]
+    assert last["tiles"] >= 1 and len(last["call_s"]) == last["calls"]
+    assert last["embedding"]["qubits"] >= 1 and last["auto_scale"] is False
