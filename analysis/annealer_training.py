@@ -147,10 +147,13 @@ class Point:
 
 
 def _slow(src: Source, P) -> bool:
-    """Sources whose simulation needs many integration steps: the longest anneal, and the
-    calibrated shortest one (its scales, and so its fields, are large). The integrator's step
+    """Sources that cost the most per step: the offline QPU, and those whose simulation needs
+    many integration steps: the longest anneal, and the calibrated shortest one (its scales, and
+    so its fields, are large). The integrator's step
     count grows with ``t_a`` times the largest field sum (about 64 steps at t_a = 0.5 ns and
     field sum 1, 850 at 20; 900 at t_a = 2 ns and field sum 5)."""
+    if src.method == "sampled:qpu_offline":
+        return True  # about 16 s per step (pilot): the host's embedding and unembedding
     t = src.annealing_time
     if t is None or len(P["anneal_times"]) < 2:
         return False
@@ -159,7 +162,7 @@ def _slow(src: Source, P) -> bool:
 
 def points(P) -> list[Point]:
     """Headline M first (every source, seed by seed, task by task), then the other M for the
-    sources of ``m_sweep``, then the headline M of the slow sources (:func:`_slow`), so that a
+    sources of ``m_sweep``; the slow sources' points (:func:`_slow`) after all others, so that a
     sweep spread over sessions has its cheaper comparisons complete first."""
     srcs = sources(P)
     out, slow = [], []
@@ -170,7 +173,7 @@ def points(P) -> list[Point]:
                     if not src.sampled:
                         if i == 0:
                             out.append(Point(task, L, src, 0, s))
-                    elif i == 0 and _slow(src, P):
+                    elif (i == 0 or src.name in P["m_sweep"]) and _slow(src, P):
                         slow.append(Point(task, L, src, M, s))
                     elif i == 0 or src.name in P["m_sweep"]:
                         out.append(Point(task, L, src, M, s))
