@@ -95,6 +95,22 @@ def _tile_stats(tiles):
             "max_chain_length": int(max((len(c) for c in chains), default=0))}
 
 
+def _structure(cache, tiles, t, active, target):
+    """The ``EmbeddedStructure`` of tile ``t`` restricted to the ``active`` variables (a
+    sub-embedding embeds the induced subgraph), built from the edges among the tile's own
+    qubits and cached in ``cache``."""
+    from dwave.embedding import EmbeddedStructure
+
+    key = (t, tuple(int(v) for v in active))
+    out = cache.get(key)
+    if out is None:
+        emb = {int(v): tiles[t][int(v)] for v in active}
+        qubits = {q for c in emb.values() for q in c}
+        edges = [(q, r) for q in qubits for r in target[q] if r in qubits and q < r]
+        out = cache[key] = EmbeddedStructure(edges, emb)
+    return out
+
+
 class TiledQPUSampler(Sampler):
     """A :class:`~isingattn.samplers.QPUSampler` (real or offline) that samples a batch of
     models with as few QPU calls as its graph allows: problems side by side on disjoint tiles
@@ -161,6 +177,10 @@ class TiledQPUSampler(Sampler):
         nz = np.any(J != 0, axis=0)
         edges = [(int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(nz, 1)))]
         tiles, einfo = find_tiles(qpu, n, edges, max_tiles=self.max_tiles)
+        # embedded structures per (tile, active variables), kept with the tiles: building one
+        # from the whole QPU graph for every problem was half the host time of a call
+        structures = qpu.__dict__.setdefault("_structure_cache", {}).setdefault(
+            (n, tuple(edges), self.max_tiles), {})
         K = len(tiles)
         rng = np.random.default_rng(seed_from_key(key))
         target = qpu.child.adjacency
@@ -181,13 +201,13 @@ class TiledQPUSampler(Sampler):
                     {int(i): -beta[p] * h[p, i] for i in act},
                     {(int(i), int(j)): -beta[p] * J[p, i, j] for i in act for j in act
                      if i < j and J[p, i, j] != 0}, 0.0, dimod.SPIN)
-                emb = {int(v): tiles[p - g0][int(v)] for v in act}
+                emb = _structure(structures, tiles, p - g0, act, target)
                 cs = (uniform_torque_compensation(bqm, emb) if chain_strength is None
                       else float(chain_strength))
-                combined.update(embed_bqm(bqm, emb, target, chain_strength=cs,
+                combined.update(embed_bqm(bqm, emb, chain_strength=cs,
                                           smear_vartype=dimod.SPIN))
                 strengths[p] = cs
-                group.append((p, bqm, emb))
+                group.append((p, bqm, dict(emb)))
             if not group:
                 continue
             if auto_scale:
