@@ -879,7 +879,12 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partiti
     if log_partition:  # unpacked rows: a packed pair's chain gives log Z_t + log Z_u
         lz = jnp.transpose(banded_chain_log_partition(a, c), (0, 2, 1))  # (B, N, T)
         lz = jnp.where(limit[..., 0], lz_lim[..., 0], lz)
+    bad = None
     if causal and T > 1:
+        # a packed chain holds two rows: a NaN field in one would reach the other through the
+        # shared messages, so a row with a NaN runs as empty and comes back NaN
+        bad = jnp.transpose(jnp.any(jnp.isnan(a), axis=-1, keepdims=True), (0, 2, 1, 3))
+        a = jnp.where(jnp.isnan(a).any(axis=-1, keepdims=True), -jnp.inf, a)
         src, dst = _causal_packing(T, S, r)
         flat = jnp.moveaxis(a, 1, 2).reshape(B, N, T * S)
         packed = jnp.where(src >= 0, jnp.take(flat, jnp.asarray(src.clip(0)), axis=-1), -jnp.inf)
@@ -891,6 +896,8 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partiti
         x, strong = _chain_values(a, c, coupling_grad, backend)
         x = jnp.transpose(x, (0, 2, 1, 3))
     m, u = _rows(x, strong, mask)
+    if bad is not None:
+        m, u = jnp.where(bad, jnp.nan, m), jnp.where(bad, jnp.nan, u)
     u = jnp.where(mask, jnp.where(limit, u_lim, u), 0.0)
     m = jnp.where(mask, jnp.where(limit, m_lim, m), 0.0)
     return Inference(m, u, m, lz)
