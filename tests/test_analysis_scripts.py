@@ -110,8 +110,9 @@ def test_rows_without_readable_settings_are_refused(tmp_path, results_table):
     assert t.rows == [] and json.loads(settings_path.read_text()) == {"n": 3}
 
 
-SCRIPTS = ["ising2d_phase", "critical_slowing_down", "diabatic_effective_beta",
-           "train_cooperation", "bracket_matching", "char_lm", "annealer_training"]
+#: every script of analysis/ (the helpers' modules start with "_"), so that a new one is checked
+SCRIPTS = sorted(name[:-3] for name in os.listdir(ANALYSIS)
+                 if name.endswith(".py") and not name.startswith("_"))
 
 _PARSERS = """
 import argparse, importlib, json, sys
