@@ -141,9 +141,11 @@ class Transfer:
 
     Gradients come from a hand-written vector-Jacobian product (reverse mode only); with frozen
     couplings (``fixed``, ``random``) and a concrete ``beta`` it skips the couplings' part,
-    about half the cost. With ``causal=True`` (passed by the layer for ``is_causal``) two queries share one chain. The
-    arithmetic is in probability space: in float32 it is exact to about 1e-6 while
-    ``beta * sum_d |w(d)| <= 30`` per head and gives NaN beyond (float64: 240).
+    about half the cost. With ``causal=True`` (passed by the layer for ``is_causal``) two
+    queries share one chain. A head with ``beta * sum_d |w(d)| <= 20`` (float32; 160 in
+    float64) runs in probability space, exact to about 1e-6 in float32; any other head runs a
+    log-domain recursion, forward and gradient, chosen per head at run time: exact and finite
+    at any coupling strength.
 
     ``backend``: where the forward pass runs: ``"auto"`` (default: a compiled kernel on the CPU,
     :mod:`isingattn.attention._native`, where numba is installed; else JAX), ``"numba"`` or
