@@ -87,20 +87,9 @@ class CalibrationLog:
 
     def truncate_from(self, step):
         """Drop rows of ``step`` and later (a resumed run measures them again)."""
-        if not os.path.exists(self.path):
-            return
-        with open(self.path, newline="") as f:
-            text = f.read()
-        if text and not text.endswith("\n"):
-            text = text[: text.rfind("\n") + 1]
-        rows = list(csv.DictReader(io.StringIO(text)))
-        keep = [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < step]
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CALIBRATION_FIELDS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(keep)
-        os.replace(tmp, self.path)
+        from ._train import keep_steps_below
+
+        keep_steps_below(self.path, CALIBRATION_FIELDS, step)
 
     def append(self, records):
         new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0

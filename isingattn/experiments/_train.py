@@ -352,6 +352,25 @@ def load_checkpoint(out, trainer: Trainer, step: int | None = None, *,
     return int(data["step"]), json.loads(data["extra"])
 
 
+def keep_steps_below(path, fields, stop):
+    """Rewrite the CSV log ``path`` (columns ``fields``) keeping the complete rows whose
+    ``step`` is below ``stop`` (a half-written last line is dropped); atomic. No file: nothing."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        text = f.read()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    keep = [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < stop]
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(keep)
+    os.replace(tmp, path)
+
+
 class MetricsLog:
     """``metrics.csv``: step, split, loss, metric and the task's extra columns, one row per
     evaluation, appended and flushed as it goes."""
@@ -362,20 +381,7 @@ class MetricsLog:
 
     def truncate_after(self, step):
         """Drop rows of steps after ``step`` (a resumed run writes them again)."""
-        if not os.path.exists(self.path):
-            return
-        with open(self.path, newline="") as f:
-            text = f.read()
-        if text and not text.endswith("\n"):
-            text = text[: text.rfind("\n") + 1]
-        rows = list(csv.DictReader(io.StringIO(text)))
-        keep = [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) <= step]
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(keep)
-        os.replace(tmp, self.path)
+        keep_steps_below(self.path, self.fields, step + 1)
 
     def append(self, step, split, metrics):
         new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
