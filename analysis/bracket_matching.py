@@ -183,16 +183,24 @@ def tuned_settings(rows, P):
 
 
 def sweep_points(P, tuned):
-    """Seed by seed (every length of a seed before the next seed), the headline length's
-    extra seeds last."""
-    extra = [s for s in P["headline_seeds"] if s not in P["seeds"]]
-    plan = [(s, L) for s in P["seeds"] for L in P["lengths"]]
-    plan += [(s, P["headline_length"]) for s in extra]
-    for s, L in plan:
-        for v in P["variants"]:
-            t = tuned[v]
-            yield Point("sweep", v, L, s, t["lr"], t["chemical_potential"],
-                        bandwidth=P["bandwidth"])
+    """Cheapest first, so that the seeds of the short lengths are in before the long runs: every
+    variant and seed at the lengths up to the headline length (length by length, the headline
+    length's extra seeds with it), then the longer lengths for the baselines and the banded
+    structure, then the longer lengths for the relative structure (mean field, by far the
+    slowest: ~40 min a point at L = 128 on this machine). The order decides only when a point
+    runs, never which points there are."""
+    H = P["headline_length"]
+    plan = []
+    for L in P["lengths"]:
+        seeds = P["headline_seeds"] if L == H else P["seeds"]
+        for s in seeds:
+            for v in P["variants"]:
+                slow = L > H and VARIANTS[v][1] == "relative"
+                plan.append((slow, L > H, L, s, v))
+    for *_, L, s, v in sorted(plan, key=lambda t: t[:3]):
+        t = tuned[v]
+        yield Point("sweep", v, L, s, t["lr"], t["chemical_potential"],
+                    bandwidth=P["bandwidth"])
 
 
 def extra_points(P, tuned):
