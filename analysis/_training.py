@@ -1,14 +1,81 @@
 """Shared by the training experiments (bracket matching, character-level LM, annealer
-training): run one point of a sweep as a resumable training run, and the persistent compilation
-cache that lets repeated seeds of one shape compile once."""
+training): their command line and results table, one point of a sweep as a resumable training
+run, and the persistent compilation cache that lets repeated seeds of one shape compile once."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 
 from isingattn.experiments import RunDirectoryError, train
 from isingattn.experiments._train import run_status
+
+
+def sweep_parser(doc, default_out, *, what="the results table, summary and plots",
+                 phases=None, report="the summary and plots", epilog="see the module docstring"):
+    """The options every training sweep has: ``--out``, ``--runs``, ``--quick``, ``--report``,
+    ``--fresh``, ``--cache`` and, given ``phases`` (their names, in order), ``--phases``.
+    ``doc``: the script's module docstring (its first paragraph is the description)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=f"Points and files: {epilog}.")
+    ap.add_argument("--out", default=default_out, help=f"folder of {what}")
+    ap.add_argument("--runs", default=None,
+                    help="folder of the run directories (default: OUT/runs; not committed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny settings (under a minute): checks the pipeline, not the outcome")
+    if phases:
+        ap.add_argument("--phases", default=",".join(phases),
+                        help="comma-separated phases to run (default: %(default)s)")
+    ap.add_argument("--report", action="store_true", help=f"only write {report} from the table")
+    ap.add_argument("--fresh", action="store_true", help="start the table over")
+    ap.add_argument("--cache", default=None,
+                    help="persistent compilation cache folder (default: RUNS/.jax_cache)")
+    return ap
+
+
+def open_sweep(args, presets, csv_name, fields, key, parse, *, settings=None, phases=None):
+    """Start a sweep from parsed :func:`sweep_parser` options: the preset's name and table, the
+    output and runs folders made, the results table opened (resuming it; ``settings``, default
+    the preset itself, must match the table's unless ``--report``), the compilation cache on
+    unless ``--report``. Returns ``(preset, P, table, phases)`` with ``phases`` the list asked
+    for (checked against the valid ``phases``; None when the script has none)."""
+    from _results import ResultsTable
+
+    preset = "quick" if args.quick else "full"
+    P = presets[preset]
+    os.makedirs(args.out, exist_ok=True)
+    args.runs = args.runs or os.path.join(args.out, "runs")
+    if settings is None:
+        settings = {"preset": preset, **P}
+    table = ResultsTable(os.path.join(args.out, csv_name), fields, key,
+                         settings=None if args.report else settings, parse=parse,
+                         fresh=args.fresh)
+    asked = None
+    if phases:
+        asked = args.phases.split(",")
+        unknown = set(asked) - set(phases)
+        if unknown:
+            raise SystemExit(f"--phases: unknown {sorted(unknown)}; valid: {', '.join(phases)}")
+    if not args.report:
+        enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
+    return preset, P, table, asked
+
+
+def jsonable(x):
+    """``x`` with named tuples as dicts, tuples as lists, dict keys as strings and non-finite
+    floats as None (JSON has no NaN)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return {k: jsonable(v) for k, v in zip(x._fields, x)}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
 
 
 def enable_compilation_cache(path):

@@ -38,7 +38,6 @@ and ``--quick`` (under a minute) to check the pipeline.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import math
@@ -47,12 +46,10 @@ import sys
 import time
 
 import numpy as np
-from _training import enable_compilation_cache, read_json, run_point, write_json
+from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
 
 from isingattn.experiments import TrainConfig
 from isingattn.experiments._stats import mean_interval, paired_difference
-
-from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
 PRESETS = {
     "full": {
@@ -474,21 +471,9 @@ def plot(S, rows, curves, P, out):
     plt.close(fig)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)) and hasattr(x, "_fields"):
-        return dict(zip(x._fields, map(_jsonable, x)))
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def report(table, P, out):
     S = summarize(table.rows, P)
-    write_json(os.path.join(out, "summary.json"), _jsonable(S))
+    write_json(os.path.join(out, "summary.json"), jsonable(S))
     text = markdown(S, P)
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(text)
@@ -497,36 +482,18 @@ def report(table, P, out):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Sources, points and files: see the module docstring.")
-    ap.add_argument("--out", default="analysis/results/annealer_training",
-                    help="folder of the results table, curves, summary and plots")
-    ap.add_argument("--runs", default=None,
-                    help="folder of the run directories (default: OUT/runs; not committed)")
-    ap.add_argument("--quick", action="store_true",
-                    help="tiny settings (under a minute): checks the pipeline, not the outcome")
-    ap.add_argument("--report", action="store_true",
-                    help="only write the summary and plots from the table")
+    ap = sweep_parser(__doc__, "analysis/results/annealer_training",
+                      what="the results table, curves, summary and plots")
     ap.add_argument("--max-points", type=int, default=None,
                     help="stop after this many new points (a session's share of the sweep)")
-    ap.add_argument("--fresh", action="store_true", help="start the table over")
-    ap.add_argument("--cache", default=None,
-                    help="persistent compilation cache folder (default: RUNS/.jax_cache)")
     args = ap.parse_args(argv)
     if args.max_points is not None and args.max_points < 1:
         ap.error(f"--max-points must be >= 1; got {args.max_points}")
-    preset = "quick" if args.quick else "full"
-    P = PRESETS[preset]
-    os.makedirs(args.out, exist_ok=True)
-    args.runs = args.runs or os.path.join(args.out, "runs")
-    table = ResultsTable(os.path.join(args.out, "annealer_training.csv"), FIELDS, row_key,
-                         settings=None if args.report else {"preset": preset, **P},
-                         parse=parse_row, fresh=args.fresh)
+    _, P, table, _ = open_sweep(args, PRESETS, "annealer_training.csv", FIELDS, row_key,
+                                parse_row)
     if args.fresh and os.path.exists(os.path.join(args.out, "curves.json")):
         os.remove(os.path.join(args.out, "curves.json"))
     if not args.report:
-        enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
         run_points(points(P), table, P, args)
     report(table, P, args.out)
 

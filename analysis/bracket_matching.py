@@ -34,7 +34,6 @@ and ``--quick`` (under a minute) to check the pipeline.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -44,7 +43,7 @@ import sys
 import time
 
 import numpy as np
-from _training import enable_compilation_cache, read_json, run_point, write_json
+from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
 
 from isingattn.experiments import TrainConfig
 from isingattn.experiments._stats import mean_interval, paired_difference, slope_interval
@@ -446,20 +445,6 @@ def markdown(S):
     return "\n".join(lines) + "\n"
 
 
-def _jsonable(S):
-    def conv(x):
-        if isinstance(x, tuple) and hasattr(x, "_asdict"):
-            return {k: conv(v) for k, v in x._asdict().items()}
-        if isinstance(x, dict):
-            return {str(k): conv(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [conv(v) for v in x]
-        if isinstance(x, float) and not np.isfinite(x):
-            return None
-        return x
-    return conv(S)
-
-
 def plot(S, rows, couplings, out):
     import matplotlib
 
@@ -553,7 +538,7 @@ def report(table, P, out, checks=()):
     tuned = tuned_settings(rows, P)
     S = summarize(rows, P, tuned)
     S["checks"] = list(checks)
-    write_json(os.path.join(out, "summary.json"), _jsonable(S))
+    write_json(os.path.join(out, "summary.json"), jsonable(S))
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(markdown(S))
     plot(S, rows, read_json(os.path.join(out, "couplings.json"), {}), out)
@@ -561,37 +546,12 @@ def report(table, P, out, checks=()):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Phases and files: see the module docstring.")
-    ap.add_argument("--out", default="analysis/results/bracket_matching",
-                    help="folder of the results table, summary and plots")
-    ap.add_argument("--runs", default=None,
-                    help="folder of the run directories (default: OUT/runs; not committed)")
-    ap.add_argument("--quick", action="store_true",
-                    help="tiny settings (under a minute): checks the pipeline, not the outcome")
-    ap.add_argument("--phases", default="tune,sweep,extra,check",
-                    help="comma-separated phases to run (default: %(default)s)")
-    ap.add_argument("--report", action="store_true",
-                    help="only write the summary and plots from the table")
-    ap.add_argument("--fresh", action="store_true", help="start the table over")
-    ap.add_argument("--cache", default=None,
-                    help="persistent compilation cache folder (default: RUNS/.jax_cache)")
-    args = ap.parse_args(argv)
-    preset = "quick" if args.quick else "full"
-    P = PRESETS[preset]
-    os.makedirs(args.out, exist_ok=True)
-    args.runs = args.runs or os.path.join(args.out, "runs")
-    table = ResultsTable(os.path.join(args.out, "bracket_matching.csv"), FIELDS, row_key,
-                         settings=None if args.report else {"preset": preset, **P},
-                         parse=parse_row, fresh=args.fresh)
+    phases = ("tune", "sweep", "extra", "check")
+    args = sweep_parser(__doc__, "analysis/results/bracket_matching",
+                        phases=phases).parse_args(argv)
+    preset, P, table, phases = open_sweep(args, PRESETS, "bracket_matching.csv", FIELDS,
+                                          row_key, parse_row, phases=phases)
     if not args.report:
-        enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
-        phases = args.phases.split(",")
-        unknown = set(phases) - {"tune", "sweep", "extra", "check"}
-        if unknown:
-            raise SystemExit(f"--phases: unknown {sorted(unknown)}; valid: tune, sweep, extra, "
-                             "check")
         if "tune" in phases:
             run_phase("tune", list(tune_points(P)), table, P, args)
         tuned = tuned_settings(table.rows, P)

@@ -39,7 +39,6 @@ docstrings of the standard library's ``logging`` package) to check the pipeline.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import math
@@ -48,12 +47,10 @@ import sys
 import time
 
 import numpy as np
-from _training import enable_compilation_cache, read_json, run_point, write_json
+from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
 
 from isingattn.experiments import TrainConfig
 from isingattn.experiments._stats import mean_interval, paired_difference, slope_interval
-
-from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
 #: Variants: name -> (attention, structure), in the order a sweep runs them.
 VARIANTS = {
@@ -423,29 +420,15 @@ def markdown(S, samples):
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _jsonable(S):
-    def conv(x):
-        if isinstance(x, tuple) and hasattr(x, "_asdict"):
-            return {k: conv(v) for k, v in x._asdict().items()}
-        if isinstance(x, dict):
-            return {str(k): conv(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [conv(v) for v in x]
-        if isinstance(x, float) and not np.isfinite(x):
-            return None
-        return x
-    return conv(S)
+def _errorbars(ax, xs, ivs, **kw):
+    m = np.array([i.mean for i in ivs])
+    h = np.array([i.half_width if np.isfinite(i.half_width) else 0.0 for i in ivs])
+    ax.errorbar(xs, m, yerr=h, capsize=3, **kw)
 
 
 STYLES = {"softmax": ("k", "o", "-"), "none": ("0.5", "s", "-"),
           "fixed": ("tab:blue", "^", "--"), "random": ("tab:orange", "v", "--"),
           "learned": ("tab:red", "D", "-")}
-
-
-def _errorbars(ax, xs, ivs, **kw):
-    m = np.array([i.mean for i in ivs])
-    h = np.array([i.half_width if np.isfinite(i.half_width) else 0.0 for i in ivs])
-    ax.errorbar(xs, m, yerr=h, capsize=3, **kw)
 
 
 def plot(S, rows, P, out):
@@ -599,7 +582,7 @@ def report(table, P, args):
     tuned = tuned_settings(rows, P)
     S = summarize(rows, P, tuned)
     text = samples(rows, P, args.out, args.runs)
-    write_json(os.path.join(args.out, "summary.json"), _jsonable({**S, "samples": text}))
+    write_json(os.path.join(args.out, "summary.json"), jsonable({**S, "samples": text}))
     md = markdown(S, text)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(md)
@@ -608,20 +591,9 @@ def report(table, P, args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Phases and files: see the module docstring.")
-    ap.add_argument("--out", default="analysis/results/char_lm",
-                    help="folder of the results table, summary and plots")
-    ap.add_argument("--runs", default=None,
-                    help="folder of the run directories (default: OUT/runs; not committed)")
-    ap.add_argument("--quick", action="store_true",
-                    help="tiny settings (under a minute): checks the pipeline, not the outcome")
-    ap.add_argument("--phases", default="tune,sweep,extra",
-                    help="comma-separated phases to run (default: %(default)s)")
-    ap.add_argument("--report", action="store_true",
-                    help="only write the summary, samples and plots from the table")
-    ap.add_argument("--fresh", action="store_true", help="start the table over")
+    phases = ("tune", "sweep", "extra")
+    ap = sweep_parser(__doc__, "analysis/results/char_lm", phases=phases,
+                      report="the summary, samples and plots")
     ap.add_argument("--variants", default=None,
                     help="comma-separated variants to run (default: all of the preset's, in "
                     "its order); e.g. the cheap ones first, the mean-field ones in a later "
@@ -630,25 +602,15 @@ def main(argv=None):
                     help="comma-separated contexts of the relative (mean-field) variants "
                     "(default: the preset's; more contexts add points without changing any, so "
                     "the table resumes)")
-    ap.add_argument("--cache", default=None,
-                    help="persistent compilation cache folder (default: RUNS/.jax_cache)")
     args = ap.parse_args(argv)
     preset = "quick" if args.quick else "full"
     P = PRESETS[preset]
-    os.makedirs(args.out, exist_ok=True)
-    args.runs = args.runs or os.path.join(args.out, "runs")
     relative_contexts = (P["relative_contexts"] if args.relative_contexts is None
                          else [int(x) for x in args.relative_contexts.split(",")])
     settings = {"preset": preset, **{k: v for k, v in P.items() if k != "relative_contexts"}}
-    table = ResultsTable(os.path.join(args.out, "char_lm.csv"), FIELDS, row_key,
-                         settings=None if args.report else settings,
-                         parse=parse_row, fresh=args.fresh)
+    _, P, table, phases = open_sweep(args, PRESETS, "char_lm.csv", FIELDS, row_key, parse_row,
+                                     settings=settings, phases=phases)
     if not args.report:
-        enable_compilation_cache(args.cache or os.path.join(args.runs, ".jax_cache"))
-        phases = args.phases.split(",")
-        unknown = set(phases) - {"tune", "sweep", "extra"}
-        if unknown:
-            raise SystemExit(f"--phases: unknown {sorted(unknown)}; valid: tune, sweep, extra")
         variants = P["variants"] if args.variants is None else args.variants.split(",")
         if set(variants) - set(P["variants"]):
             raise SystemExit(f"--variants: unknown {sorted(set(variants) - set(P['variants']))}"
