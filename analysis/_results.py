@@ -38,7 +38,8 @@ class ResultsTable:
       settings: a JSON-serializable dict of the run's settings; resuming a table written with
         other settings raises ``SystemExit`` naming them. None: neither checked nor written
         (a table whose points do not depend on settings, or a run that only reads it).
-      parse: ``parse(row) -> row`` converting a row read back from the CSV (strings) to values.
+      parse: ``parse(row) -> row`` converting a row read back from the CSV (strings) to values;
+        rows appended are kept as they read back (their CSV text, parsed).
       fresh: start over (delete the CSV and its settings).
     """
 
@@ -51,6 +52,7 @@ class ResultsTable:
             for p in (path, self.settings_path):
                 if os.path.exists(p):
                     os.remove(p)
+        self.parse = parse
         self.rows = self._read(parse or (lambda r: r))
         if settings is None:
             return
@@ -155,9 +157,13 @@ class ResultsTable:
         """The keys of the points already in the table."""
         return {self.key(r) for r in self.rows}
 
-    def append(self, rows):
-        """Write the rows of one finished point (a dict or a list of dicts) and flush."""
+    def append(self, rows, *, digits=None):
+        """Write the rows of one finished point (a dict or a list of dicts) and flush.
+        ``digits``: floats written with this many significant digits (default ``str``)."""
         rows = [rows] if isinstance(rows, dict) else list(rows)
+        if digits is not None:
+            rows = [{k: f"{v:.{digits}g}" if isinstance(v, float) else v for k, v in r.items()}
+                    for r in rows]
         buf = io.StringIO(newline="")
         w = csv.DictWriter(buf, fieldnames=self.fields)
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
@@ -167,6 +173,9 @@ class ResultsTable:
             f.write(buf.getvalue())  # one write per point
             f.flush()
             os.fsync(f.fileno())
+        if self.parse is not None:
+            rows = [self.parse({k: "" if r.get(k) is None else str(r[k]) for k in self.fields})
+                    for r in rows]
         self.rows += rows
 
     def rewrite(self, rows):

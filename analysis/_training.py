@@ -78,6 +78,40 @@ def jsonable(x):
     return x
 
 
+def ablation_differences(sweep, axis, metric):
+    """The ablation's paired comparisons: for each coupling structure (``banded``,
+    ``relative``), ``<structure>-learned`` minus each baseline (``softmax``, ``none``,
+    ``<structure>-fixed``, ``<structure>-random``) over the seeds both have, at every value of
+    ``axis`` (a row field: ``"length"``, ``"context"``), and the least-squares slope of those
+    differences against log2(axis) with its interval where two or more values have them.
+    ``sweep``: parsed rows with ``variant``, ``seed``, ``axis`` and ``metric``. Returns
+    ``(diffs, trends)``: ``{name: {value: Interval}}`` and ``{name: Slope}``, named
+    ``"<learned> - <baseline>"``."""
+    from isingattn.experiments._stats import paired_difference, slope_interval
+
+    def by_seed(variant, value):
+        return {r["seed"]: r[metric] for r in sweep
+                if r["variant"] == variant and r[axis] == value}
+
+    values = sorted({r[axis] for r in sweep})
+    diffs, trends = {}, {}
+    for structure in ("banded", "relative"):
+        learned = f"{structure}-learned"
+        for base in ("softmax", "none", f"{structure}-fixed", f"{structure}-random"):
+            name = f"{learned} - {base}"
+            xs, ys = [], []
+            for L in values:
+                a, b = by_seed(learned, L), by_seed(base, L)
+                common = sorted(set(a) & set(b))
+                if common:
+                    diffs.setdefault(name, {})[L] = paired_difference(a, b)
+                    xs += [math.log2(L)] * len(common)
+                    ys += [a[s] - b[s] for s in common]
+            if len(set(xs)) >= 2:
+                trends[name] = slope_interval(xs, ys)
+    return diffs, trends
+
+
 def enable_compilation_cache(path):
     """Keep compiled programs in ``path`` across runs and processes (seeds and variants of one
     shape share them)."""

@@ -301,9 +301,7 @@ def run_points(todo_all, table, P, args):
     for i, p in enumerate(todo, 1):
         t0 = time.perf_counter()
         row = measure(p, P, args.runs, curves_path)
-        text = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
-        table.append(text)
-        table.rows[-1] = parse_row({k: str(v) for k, v in text.items()})
+        table.append(row, digits=6)
         print(f"[{i}/{len(todo)}] {p.task:9s} {p.source.name:18s} M={p.num_samples:<4d} "
               f"seed={p.seed}: test acc {row['test_accuracy']:.4f} (exact inference "
               f"{row['exact_test_accuracy']:.4f}) {row['seconds_per_step']:.3f} s/step "

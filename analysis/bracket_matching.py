@@ -43,10 +43,18 @@ import sys
 import time
 
 import numpy as np
-from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
+from _training import (
+    ablation_differences,
+    jsonable,
+    open_sweep,
+    read_json,
+    run_point,
+    sweep_parser,
+    write_json,
+)
 
 from isingattn.experiments import TrainConfig
-from isingattn.experiments._stats import mean_interval, paired_difference, slope_interval
+from isingattn.experiments._stats import mean_interval
 
 from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
@@ -273,9 +281,7 @@ def run_phase(name, points, table, P, args):
     for i, p in enumerate(todo, 1):
         t0 = time.perf_counter()
         row = measure(p, P, args.runs, couplings_path)
-        text = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
-        table.append(text)
-        table.rows[-1] = parse_row({k: str(v) for k, v in text.items()})
+        table.append(row, digits=6)
         print(f"[{name} {i}/{len(todo)}] {p.variant:16s} L={p.length:<4d} seed={p.seed} "
               f"{p.positional:7s} r={p.bandwidth} lr={p.lr:g} b0={p.chemical_potential:g}: "
               f"test acc {row['test_accuracy']:.4f} (seq {row['test_seq_accuracy']:.3f}) "
@@ -331,11 +337,6 @@ def parse_check(r):
 # ------------------------------------------------------------------------------------------------
 
 
-def _by_seed(rows, **match):
-    return {r["seed"]: r["test_accuracy"] for r in rows
-            if all(r[k] == v for k, v in match.items())}
-
-
 def summarize(rows, P, tuned):
     """The numbers of the results page: accuracy per variant and length, paired differences
     and their trend with length, steps/s."""
@@ -350,22 +351,7 @@ def summarize(rows, P, tuned):
                 far_key = "acc_d64-255" if L >= 128 else "acc_d16-63" if L >= 32 else None
                 if far_key:
                     far.setdefault(v, {})[L] = mean_interval([r[far_key] for r in sel])
-    diffs, trends = {}, {}
-    for structure in ("banded", "relative"):
-        learned = f"{structure}-learned"
-        for base in ("softmax", "none", f"{structure}-fixed", f"{structure}-random"):
-            name = f"{learned} - {base}"
-            xs, ys = [], []
-            for L in lengths:
-                a = _by_seed(sweep, variant=learned, length=L)
-                b = _by_seed(sweep, variant=base, length=L)
-                if set(a) & set(b):
-                    diffs.setdefault(name, {})[L] = paired_difference(a, b)
-                    for s in sorted(set(a) & set(b)):
-                        xs.append(math.log2(L))
-                        ys.append(a[s] - b[s])
-            if len({x for x in xs}) >= 2:
-                trends[name] = slope_interval(xs, ys)
+    diffs, trends = ablation_differences(sweep, "length", "test_accuracy")
     speed = {}
     for v in VARIANTS:
         for L in lengths:

@@ -47,10 +47,18 @@ import sys
 import time
 
 import numpy as np
-from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
+from _training import (
+    ablation_differences,
+    jsonable,
+    open_sweep,
+    read_json,
+    run_point,
+    sweep_parser,
+    write_json,
+)
 
 from isingattn.experiments import TrainConfig
-from isingattn.experiments._stats import mean_interval, paired_difference, slope_interval
+from isingattn.experiments._stats import mean_interval
 
 #: Variants: name -> (attention, structure), in the order a sweep runs them.
 VARIANTS = {
@@ -283,9 +291,7 @@ def run_phase(name, points, table, P, args, data):
     for i, p in enumerate(todo, 1):
         t0 = time.perf_counter()
         row = measure(p, P, args, data)
-        text = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
-        table.append(text)
-        table.rows[-1] = parse_row({k: str(v) for k, v in text.items()})
+        table.append(row, digits=6)
         print(f"[{name} {i}/{len(todo)}] {p.variant:16s} L={p.context:<4d} seed={p.seed} "
               f"r={p.bandwidth} lr={p.lr:g} b0={p.chemical_potential:g}: test {row['test_bpc']:.4f}"
               f" bpc, valid {row['valid_bpc']:.4f}, {row['steps_per_second']:.2f} steps/s, "
@@ -299,10 +305,6 @@ def run_phase(name, points, table, P, args, data):
 
 def _median(x):
     return float(np.median(x))
-
-
-def _by_seed(rows, **match):
-    return {r["seed"]: r["test_bpc"] for r in rows if all(r[k] == v for k, v in match.items())}
 
 
 def _per_cell(rows, contexts, key, reduce):
@@ -320,22 +322,7 @@ def summarize(rows, P, tuned):
     their trend with log2(context), speed, cost."""
     sweep = [r for r in rows if r["phase"] == "sweep"]
     contexts = sorted({r["context"] for r in sweep})
-    diffs, trends = {}, {}
-    for structure in ("banded", "relative"):
-        learned = f"{structure}-learned"
-        for base in ("softmax", "none", f"{structure}-fixed", f"{structure}-random"):
-            name = f"{learned} - {base}"
-            xs, ys = [], []
-            for L in contexts:
-                a = _by_seed(sweep, variant=learned, context=L)
-                b = _by_seed(sweep, variant=base, context=L)
-                if set(a) & set(b):
-                    diffs.setdefault(name, {})[L] = paired_difference(a, b)
-                    for s in sorted(set(a) & set(b)):
-                        xs.append(math.log2(L))
-                        ys.append(a[s] - b[s])
-            if len(set(xs)) >= 2:
-                trends[name] = slope_interval(xs, ys)
+    diffs, trends = ablation_differences(sweep, "context", "test_bpc")
     cost = {}
     for r in rows:
         cost[r["phase"]] = cost.get(r["phase"], 0.0) + r["wall_seconds"] / 3600
