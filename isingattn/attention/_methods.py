@@ -537,7 +537,45 @@ def _sample_models(backend, h, J, beta, mask, key, num_samples, num_chains, opti
     return s.reshape(s.shape[:-3] + (num_chains * num_samples, s.shape[-1]))
 
 
+class _DrawConfig:
+    """``cfg`` as the static argument of the compiled draw: a JAX backend is compared by its
+    type and settings, so that equal backends (``sampled(ExactSampler(), M)`` built anew in a
+    loop) share one program; a host backend (its callback is part of the program, and it keeps
+    per-object records) by identity."""
+
+    __slots__ = ("cfg", "_key")
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        backend, rest = cfg[0], cfg[1:]
+        ident = backend
+        if not _host_backend(backend):
+            try:
+                ident = (type(backend), tuple(sorted(vars(backend).items())))
+                hash(ident)
+            except TypeError:  # settings that are not hashable: identity
+                ident = backend
+        self._key = (ident, rest)
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, _DrawConfig) and self._key == other._key
+
+
 def _draw(cfg, h, J, beta, mask, key, scales=None):
+    # one compiled program: called outside jit, a backend's sampling would otherwise run op by
+    # op (hundreds of small compilations on first use)
+    return _draw_compiled(_DrawConfig(cfg), h, J, beta, mask, key, scales)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _draw_compiled(static, h, J, beta, mask, key, scales):
+    return _draw_traced(static.cfg, h, J, beta, mask, key, scales)
+
+
+def _draw_traced(cfg, h, J, beta, mask, key, scales):
     backend, num_samples, num_chains, options, _, causal = cfg
     h, J = _programmed(h, J, mask, scales)
     options = dict(options)

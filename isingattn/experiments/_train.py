@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -90,26 +91,36 @@ def _read_json(path):
 def learning_rate_schedule(config: TrainConfig):
     """Linear warm-up to ``lr`` over ``warmup`` steps, then constant or cosine decay to 0 at
     ``steps``."""
+    return _schedule(config.lr, config.warmup, config.steps, config.schedule)
+
+
+def _schedule(lr, warmup, steps, schedule):
     import optax
 
-    warm = min(config.warmup, config.steps)
-    if config.schedule == "constant":
-        after = optax.constant_schedule(config.lr)
+    warm = min(warmup, steps)
+    if schedule == "constant":
+        after = optax.constant_schedule(lr)
     else:
-        after = optax.cosine_decay_schedule(config.lr, max(config.steps - warm, 1))
+        after = optax.cosine_decay_schedule(lr, max(steps - warm, 1))
     if warm == 0:
         return after
-    return optax.join_schedules(
-        [optax.linear_schedule(0.0, config.lr, warm), after], [warm])
+    return optax.join_schedules([optax.linear_schedule(0.0, lr, warm), after], [warm])
 
 
 def make_optimizer(config: TrainConfig):
     """AdamW with :func:`learning_rate_schedule`, after clipping the global gradient norm to
-    ``clip`` (0: no clipping)."""
+    ``clip`` (0: no clipping). Configs with the same optimizer settings get the same
+    transformation object, so that their models' compiled steps are shared."""
+    return _optimizer(config.lr, config.warmup, config.steps, config.schedule, config.clip,
+                      config.weight_decay)
+
+
+@functools.lru_cache(maxsize=64)
+def _optimizer(lr, warmup, steps, schedule, clip, weight_decay):
     import optax
 
-    parts = [optax.clip_by_global_norm(config.clip)] if config.clip > 0 else []
-    parts.append(optax.adamw(learning_rate_schedule(config), weight_decay=config.weight_decay))
+    parts = [optax.clip_by_global_norm(clip)] if clip > 0 else []
+    parts.append(optax.adamw(_schedule(lr, warmup, steps, schedule), weight_decay=weight_decay))
     return optax.chain(*parts)
 
 
@@ -125,6 +136,69 @@ def _loss_terms(model, inputs, labels, weights, deterministic):
     return loss, (ce, correct)
 
 
+class _Graph:
+    """A model's graph definition as a static jit argument, its hash computed once (hashing a
+    graph walks all of it; the steps are called thousands of times)."""
+
+    __slots__ = ("graphdef", "_hash")
+
+    def __init__(self, graphdef):
+        self.graphdef = graphdef
+        self._hash = hash(graphdef)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return self is other or (isinstance(other, _Graph) and self._hash == other._hash
+                                 and self.graphdef == other.graphdef)
+
+
+def _train_step(graph, state, inputs, labels, weights):
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model, opt = nnx.merge(graph.graphdef, state)
+
+    def loss_fn(m):
+        return _loss_terms(m, inputs, labels, weights, False)
+
+    (loss, (_, correct)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    finite = jax.tree.map(lambda g: jnp.all(jnp.isfinite(g)), grads)
+    opt.update(model, grads)
+    _, new_state = nnx.split((model, opt))
+    return new_state, loss, jnp.sum(correct), jnp.sum(weights), finite
+
+
+def _eval_step(graph, num_groups, state, inputs, labels, weights, groups):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model, _ = nnx.merge(graph.graphdef, state)
+    _, (ce, correct) = _loss_terms(model, inputs, labels, weights, True)
+    scored = weights > 0
+    wrong = jnp.sum(scored & (correct == 0), axis=1)
+    has = jnp.any(scored, axis=1)
+    onehot = (groups[..., None] == jnp.arange(num_groups)) & scored[..., None]
+    return {"loss": jnp.sum(ce * weights), "weight": jnp.sum(weights),
+            "correct": jnp.sum(correct),
+            "seq_correct": jnp.sum(has & (wrong == 0)), "seq_count": jnp.sum(has),
+            "group_correct": jnp.sum(onehot * correct[..., None], axis=(0, 1)),
+            "group_count": jnp.sum(onehot, axis=(0, 1))}
+
+
+@functools.cache
+def _compiled_steps():
+    """The jitted train and evaluation steps, the model's graph static: every :class:`Trainer`
+    of one model and optimizer (another seed, a resumed run, a re-evaluation) shares one
+    compiled program."""
+    import jax
+
+    return (jax.jit(_train_step, static_argnums=0, donate_argnums=1),
+            jax.jit(_eval_step, static_argnums=(0, 1)))
+
+
 class Trainer:
     """A model, its optimizer and the compiled train and evaluation steps of one config.
 
@@ -134,7 +208,6 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, task=None, *, length: int | None = None):
         import jax
-        import jax.numpy as jnp
         from flax import nnx
 
         self.config = config
@@ -144,36 +217,9 @@ class Trainer:
         opt = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
         self.graphdef, self.state = nnx.split((model, opt))
         self.num_params = int(sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
-        G = len(self.task.groups)
-        graphdef = self.graphdef
-
-        def train_step(state, inputs, labels, weights):
-            model, opt = nnx.merge(graphdef, state)
-
-            def loss_fn(m):
-                return _loss_terms(m, inputs, labels, weights, False)
-
-            (loss, (_, correct)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-            finite = jax.tree.map(lambda g: jnp.all(jnp.isfinite(g)), grads)
-            opt.update(model, grads)
-            _, new_state = nnx.split((model, opt))
-            return new_state, loss, jnp.sum(correct), jnp.sum(weights), finite
-
-        def eval_step(state, inputs, labels, weights, groups):
-            model, _ = nnx.merge(graphdef, state)
-            _, (ce, correct) = _loss_terms(model, inputs, labels, weights, True)
-            scored = weights > 0
-            wrong = jnp.sum(scored & (correct == 0), axis=1)
-            has = jnp.any(scored, axis=1)
-            onehot = (groups[..., None] == jnp.arange(G)) & scored[..., None]
-            return {"loss": jnp.sum(ce * weights), "weight": jnp.sum(weights),
-                    "correct": jnp.sum(correct),
-                    "seq_correct": jnp.sum(has & (wrong == 0)), "seq_count": jnp.sum(has),
-                    "group_correct": jnp.sum(onehot * correct[..., None], axis=(0, 1)),
-                    "group_count": jnp.sum(onehot, axis=(0, 1))}
-
-        self._train_step = jax.jit(train_step, donate_argnums=0)
-        self._eval_step = jax.jit(eval_step)
+        graph, steps = _Graph(self.graphdef), _compiled_steps()
+        self._train_step = functools.partial(steps[0], graph)
+        self._eval_step = functools.partial(steps[1], graph, len(self.task.groups))
 
     # --- state ----------------------------------------------------------------------------------
     def model(self):
