@@ -15,7 +15,7 @@ from flax.nnx.nn import dtypes as _nnx_dtypes
 
 from .._validation import check_beta, is_concrete, normalize_key, shape_str
 from ._couplings import Couplings
-from ._function import READOUTS, boltzmann_attention
+from ._function import READOUTS, boltzmann_attention, dropout_weights
 from ._methods import Sampled, resolve_method
 
 #: Folded into ``dropout_rng`` to key a stochastic method, so that its draws are independent of
@@ -281,14 +281,9 @@ class BoltzmannAttentionFn(nnx.Module):
                     module.sow("intermediates", "attention_weights", weights_batch)
             if dropout:
                 # Flax's dropout, bit for bit: the same keep mask from dropout_rng (shared over
-                # batch and heads with broadcast_dropout), weights scaled by 1 / keep_prob
-                keep_prob = 1.0 - dropout_rate
-                shape = ((1,) * (len(batch) + 1) + weights.shape[-2:] if broadcast_dropout
-                         else weights_batch.shape)
-                keep = jax.random.bernoulli(normalize_key(dropout_rng, "dropout_rng"), keep_prob,
-                                            shape)
-                multiplier = keep.astype(dtype) / jnp.asarray(keep_prob, dtype)
-                weights = (weights_batch * multiplier).reshape(weights.shape)
+                # batch and heads with broadcast_dropout), on the weights in Flax's dtype
+                weights = dropout_weights(weights_batch, dropout_rate, dropout_rng,
+                                          broadcast_dropout, len(batch)).reshape(weights.shape)
                 if v.shape[2] != N:
                     v = jnp.repeat(v, N // v.shape[2], axis=2)
                 out = jnp.einsum("bnts,bsnh->btnh", weights, v)

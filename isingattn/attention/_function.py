@@ -58,12 +58,37 @@ def _large_negative(dtype):
                        dtype)
 
 
-def _combined_mask(B, N, T, S, mask, is_causal, q_len, kv_len):
+IMPLEMENTATIONS = (None, "xla", "cudnn")
+
+#: Methods whose derivatives JAX can take in forward mode (``jax.jvp``, ``jax.jacfwd``) with
+#: couplings; the others define their gradient as a custom VJP (reverse mode only). With J = 0
+#: every deterministic method is the closed form and supports both.
+FORWARD_MODE_METHODS = ("exact",)
+
+
+def _window(local_window_size):
+    """``(left, right)`` from ``jax.nn.dot_product_attention``'s ``local_window_size``."""
+    w = local_window_size
+    pair = (w, w) if isinstance(w, (int, np.integer)) and not isinstance(w, bool) else w
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
+                       for x in pair)):
+        raise ValueError(
+            "local_window_size must be a non-negative int or a pair (left, right) of them (query "
+            f"i attends to keys i - left ... i + right); got local_window_size={w!r}"
+        )
+    return int(pair[0]), int(pair[1])
+
+
+def _combined_mask(B, N, T, S, mask, is_causal, q_len, kv_len, window=None):
     combined = jnp.ones((1, 1, T, S), bool)
     if mask is not None:
         combined = combined & mask
     if is_causal:
         combined = combined & jnp.tril(jnp.ones((T, S), bool))[None, None]
+    if window is not None:
+        d = jnp.arange(T)[:, None] - jnp.arange(S)[None, :]  # query minus key position
+        combined = combined & ((d <= window[0]) & (-d <= window[1]))[None, None]
     if q_len is not None:
         combined = combined & (jnp.arange(T)[None, :, None] < q_len[:, None, None])[:, None]
     if kv_len is not None:
@@ -118,6 +143,39 @@ def _check_inputs(query, key, value, bias, mask, q_len, kv_len):
             raise ValueError(f"{name} must have shape (B,) = ({B},); got {shape_str(arr.shape)}")
 
 
+def dropout_weights(weights, rate, rng, broadcast, batch_ndim=1):
+    """Attention weights ``(..., N, T, S)`` after dropout as Flax applies it: each weight kept
+    with probability ``1 - rate`` (the mask drawn from ``rng``; shared over the ``batch_ndim``
+    batch axes and the heads when ``broadcast``) and scaled by ``1 / (1 - rate)``, in the
+    weights' dtype."""
+    keep_prob = 1.0 - rate
+    shape = (1,) * (batch_ndim + 1) + weights.shape[-2:] if broadcast else weights.shape
+    keep = jax.random.bernoulli(normalize_key(rng, "dropout_rng"), keep_prob, shape)
+    return weights * (keep.astype(weights.dtype) / jnp.asarray(keep_prob, weights.dtype))
+
+
+def _check_dropout(rate, rng):
+    if not is_concrete(rate):
+        raise TypeError(f"dropout_rate must be a concrete number; got a traced {rate!r}")
+    if not 0.0 <= float(rate) < 1.0:
+        raise ValueError(f"dropout_rate must be in [0, 1); got dropout_rate={rate!r}")
+    if rate > 0 and rng is None:
+        raise ValueError(
+            f"dropout_rate={rate!r} needs dropout_rng (a PRNG key, e.g. jax.random.key(0)); "
+            "dropout_rate=0 for none"
+        )
+
+
+def _forward_mode_error(method, couplings, err):
+    return TypeError(
+        f"jax.jvp (forward-mode differentiation) through method={method.name!r} with couplings "
+        "is not available: its gradient is a custom VJP, reverse mode only. Use reverse mode "
+        "(jax.grad, jax.vjp, jax.jacrev), or a method that supports forward mode: "
+        f"{', '.join(map(repr, FORWARD_MODE_METHODS))} (and every deterministic method with "
+        "J = 0, the closed form)"
+    ).with_traceback(err.__traceback__)
+
+
 def _chemical_potential(b, N, dtype):
     b = jnp.asarray(b, dtype)
     if b.ndim == 0:
@@ -141,12 +199,17 @@ def boltzmann_attention(
     is_causal: bool = False,
     query_seq_lengths=None,
     key_value_seq_lengths=None,
+    local_window_size=None,
+    implementation=None,
     couplings: Couplings | None = None,
     beta=1.0,
     chemical_potential=0.0,
     readout: str = "marginal",
     method="exact",
     rng=None,
+    dropout_rate=0.0,
+    dropout_rng=None,
+    broadcast_dropout: bool = True,
     return_weights: bool = False,
 ):
     """Boltzmann attention: per (batch, head, query) an Ising model over the allowed keys.
@@ -178,6 +241,12 @@ def boltzmann_attention(
       is_causal: query ``i`` sees keys ``j <= i``.
       query_seq_lengths, key_value_seq_lengths: ``(B,)`` int32 padding lengths (as in JAX;
         outputs of padded queries are 0).
+      local_window_size: as in JAX: an int ``w`` or a pair ``(left, right)``; query ``i``
+        attends only to keys ``i - left ... i + right`` (a mask: with it, banded couplings and
+        ``transfer`` stay exact at any length).
+      implementation: as in JAX: None or ``"xla"`` (the computation is XLA's); ``"cudnn"`` only
+        for ``readout="softmax"`` without ``return_weights`` (passed on to
+        ``jax.nn.dot_product_attention``); anything else is a ``ValueError``.
       couplings: :class:`Couplings` (None or ``Couplings.none()``: ``J = 0``).
       beta: inverse temperature (> 0) multiplying fields and couplings.
       chemical_potential: ``b``, scalar or per head ``(N,)``.
@@ -187,10 +256,20 @@ def boltzmann_attention(
         With ``J = 0`` every deterministic method uses the closed form ``m = sigmoid(beta h)``.
       rng: JAX PRNG key for stochastic methods (named ``rng`` so it does not clash with ``key``);
         typed (``jax.random.key``) or raw (``jax.random.PRNGKey``).
+      dropout_rate, dropout_rng, broadcast_dropout: dropout on the attention weights as in
+        Flax (:func:`dropout_weights`: kept with probability ``1 - dropout_rate``, rescaled; the
+        mask from ``dropout_rng``, shared over batch and heads when ``broadcast_dropout``);
+        ``dropout_rate`` (concrete, in ``[0, 1)``) > 0 needs ``dropout_rng``. The returned
+        :class:`AttentionInfo` holds the weights before dropout.
       return_weights: also return an :class:`AttentionInfo`.
 
     Returns:
       ``(B, T, N, H)`` outputs, or ``(outputs, AttentionInfo)`` with ``return_weights=True``.
+
+    Raises:
+      TypeError: ``jax.jvp`` (forward mode) through a method whose gradient is a custom VJP
+        (``transfer``, ``mean_field``, ``tap``, ``sampled`` with couplings): the message names
+        the methods that support it (:data:`FORWARD_MODE_METHODS`).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -202,6 +281,22 @@ def boltzmann_attention(
     """
     if readout not in READOUTS:
         raise ValueError(f"readout must be one of {', '.join(map(repr, READOUTS))}; got {readout!r}")
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got "
+                         f"implementation={implementation!r}")
+    if implementation == "cudnn":
+        if readout != "softmax" or return_weights or dropout_rate:
+            raise ValueError(
+                "implementation='cudnn' runs only the softmax readout, without return_weights "
+                f"or dropout (cuDNN's fused kernel); got readout={readout!r}, return_weights="
+                f"{return_weights!r}, dropout_rate={dropout_rate!r}: use implementation=None"
+            )
+        return jax.nn.dot_product_attention(
+            query, key, value, bias, mask, scale=scale, is_causal=is_causal,
+            query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+            local_window_size=local_window_size, implementation="cudnn")
+    window = None if local_window_size is None else _window(local_window_size)
+    _check_dropout(dropout_rate, dropout_rng)
     rng = None if rng is None else normalize_key(rng, "rng")  # raw PRNGKey data wrapped once
     squeeze = jnp.ndim(query) == 3
     query, key, value = (_ensure_4d(n, x) for n, x in (("query", query), ("key", key),
@@ -229,12 +324,11 @@ def boltzmann_attention(
     logits = logits * jnp.asarray(scale, dtype)
     if bias is not None:
         logits = (logits + bias).astype(dtype)
-    allowed = _combined_mask(B, N, T, S, mask, is_causal, q_len, kv_len)
+    allowed = _combined_mask(B, N, T, S, mask, is_causal, q_len, kv_len, window)
 
     if readout == "softmax":
         padded = jnp.where(allowed, logits, _large_negative(dtype)).astype(jnp.float32)
         weights = jax.nn.softmax(padded, axis=-1).astype(value.dtype)
-        out = jnp.einsum("bnts,bsnh->btnh", weights, value)
         info = AttentionInfo(weights, None, jax.nn.logsumexp(padded, axis=-1), None, logits,
                              jnp.broadcast_to(allowed, logits.shape), {})
     else:
@@ -269,19 +363,27 @@ def boltzmann_attention(
         # a concrete beta stays a NumPy scalar, so that methods can tell that no gradient
         # reaches it (transfer then skips the coupling gradient of frozen couplings)
         b = np.asarray(beta, dtype) if is_concrete(beta) else jnp.asarray(beta, dtype)
-        res = method(h, allowed, couplings, b, key=rng, feature=feature, causal=bool(is_causal),
-                     log_partition=bool(return_weights))
+        try:
+            res = method(h, allowed, couplings, b, key=rng, feature=feature,
+                         causal=bool(is_causal), log_partition=bool(return_weights))
+        except TypeError as e:
+            if "forward-mode autodiff" in str(e):
+                raise _forward_mode_error(method, couplings, e) from None
+            raise
         u = res.weights_unnormalized
         total = jnp.sum(u, axis=-1, keepdims=True)
         if readout == "sample":
             weights = u  # already the average of s / max(1, |s|)
         else:
             weights = u / jnp.where(total > 0, total, 1.0)
-        out = jnp.einsum("bnts,bsnh->btnh", weights.astype(value.dtype), value)
         m = res.marginals
         info = AttentionInfo(weights, m, res.log_partition,
                              None if m is None else jnp.sum(m, axis=-1), h, allowed,
                              dict(res.info or {}))
+    used = weights.astype(value.dtype)
+    if dropout_rate:
+        used = dropout_weights(used, dropout_rate, dropout_rng, broadcast_dropout)
+    out = jnp.einsum("bnts,bsnh->btnh", used, value)
     if q_len is not None:
         out = out * (jnp.arange(T)[None, :] < q_len[:, None])[:, :, None, None].astype(out.dtype)
     if squeeze:

@@ -543,7 +543,7 @@ class _DrawConfig:
     loop) share one program; a host backend (its callback is part of the program, and it keeps
     per-object records) by identity."""
 
-    __slots__ = ("cfg", "_key")
+    __slots__ = ("_key", "cfg")
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -546,3 +546,94 @@ def test_other_bad_configurations():
         boltzmann_attention(q, k, v, chemical_potential=jnp.zeros(3))
     with pytest.raises(ValueError, match="couplings have 3 heads"):
         boltzmann_attention(q, k, v, couplings=_banded(N=3))
+
+
+# --------------------------------------------------------------------------------------------
+# jax.nn.dot_product_attention's local_window_size and implementation; dropout; forward mode
+
+
+@pytest.mark.parametrize("window", [1, (2, 0), (0, 3)])
+def test_local_window_is_jax_window_and_a_mask(window):
+    q, k, v = _qkv(B=2, T=7, N=2, K=2, H=3, S=7)
+    ref = jax.nn.dot_product_attention(q, k, v, local_window_size=window)
+    ours = boltzmann_attention(q, k, v, readout="softmax", local_window_size=window)
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12)
+    # for the Boltzmann readout the window is a mask: query i sees keys i - left ... i + right
+    left, right = (window, window) if isinstance(window, int) else window
+    d = np.arange(7)[:, None] - np.arange(7)[None, :]
+    mask = jnp.asarray((d <= left) & (-d <= right))[None, None]
+    c = _banded(N=2, r=2)
+    for method in ("exact", "transfer"):
+        got = boltzmann_attention(q, k, v, couplings=c, method=method, local_window_size=window)
+        want = boltzmann_attention(q, k, v, couplings=c, method="exact", mask=mask)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_local_window_and_implementation_bad_values_name_the_valid_ones():
+    q, k, v = _qkv()
+    for bad in (-1, (1,), (1, -2), 1.5, True, "2"):
+        with pytest.raises(ValueError, match="local_window_size must be a non-negative int"):
+            boltzmann_attention(q, k, v, local_window_size=bad)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        boltzmann_attention(q, k, v, implementation="triton")
+    for kw in ({}, {"readout": "softmax", "return_weights": True}):
+        with pytest.raises(ValueError, match="implementation='cudnn' runs only the softmax"):
+            boltzmann_attention(q, k, v, implementation="cudnn", **kw)
+    out = boltzmann_attention(q, k, v, implementation="xla", couplings=_banded())
+    np.testing.assert_array_equal(out, boltzmann_attention(q, k, v, couplings=_banded()))
+
+
+@pytest.mark.parametrize("readout", ["marginal", "softmax"])
+def test_dropout_keeps_weights_with_flax_mask_and_scale(readout):
+    """Dropout equals the weights (before dropout, as returned) times Flax's keep mask over
+    keep_prob, drawn from dropout_rng (shared over batch and heads when broadcast)."""
+    q, k, v = _qkv(B=2, T=4, N=2, K=2, H=3, S=5)
+    kw = {"couplings": _banded(), "method": "exact"} if readout == "marginal" else {}
+    rate, rng = 0.3, jax.random.key(7)
+    _, info = boltzmann_attention(q, k, v, readout=readout, return_weights=True, **kw)
+    for broadcast in (True, False):
+        shape = (1, 1, 4, 5) if broadcast else (2, 2, 4, 5)
+        keep = np.asarray(jax.random.bernoulli(rng, 1 - rate, shape))
+        w = np.asarray(info.weights) * keep / (1 - rate)
+        want = np.einsum("bnts,bsnh->btnh", w, np.asarray(v))
+        got = boltzmann_attention(q, k, v, readout=readout, dropout_rate=rate, dropout_rng=rng,
+                                  broadcast_dropout=broadcast, **kw)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # rate 0: no dropout whatever the key
+    np.testing.assert_array_equal(
+        boltzmann_attention(q, k, v, readout=readout, dropout_rate=0.0, dropout_rng=rng, **kw),
+        boltzmann_attention(q, k, v, readout=readout, **kw))
+
+
+def test_dropout_bad_values():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="dropout_rate=0.1 needs dropout_rng"):
+        boltzmann_attention(q, k, v, dropout_rate=0.1)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"dropout_rate must be in \[0, 1\)"):
+            boltzmann_attention(q, k, v, dropout_rate=bad, dropout_rng=jax.random.key(0))
+    with pytest.raises(TypeError, match="dropout_rate must be a concrete number"):
+        jax.jit(lambda r: boltzmann_attention(q, k, v, dropout_rate=r,
+                                              dropout_rng=jax.random.key(0)))(0.1)
+
+
+def test_forward_mode_names_the_methods_that_support_it():
+    q, k, v = _qkv()
+    c = _banded()
+
+    def f(method):
+        return lambda x: boltzmann_attention(x, k, v, couplings=c, method=method)
+
+    # exact supports forward mode: jvp equals the directional finite difference
+    t = jax.random.normal(jax.random.key(3), q.shape)
+    _, tangent = jax.jvp(f("exact"), (q,), (t,))
+    eps = 1e-6
+    fd = (f("exact")(q + eps * t) - f("exact")(q - eps * t)) / (2 * eps)
+    np.testing.assert_allclose(tangent, fd, rtol=1e-6, atol=1e-8)
+    for method in ("transfer", "mean_field", sampled(ExactSampler(), 4)):
+        g = f(method)
+        if not isinstance(method, str):
+            g = lambda x, m=method: boltzmann_attention(x, k, v, couplings=c, method=m,  # noqa: E731
+                                                        rng=jax.random.key(0))
+        with pytest.raises(TypeError, match=r"forward-mode.*reverse mode.*'exact'"):
+            jax.jvp(g, (q,), (t,))
