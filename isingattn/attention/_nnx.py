@@ -3,8 +3,11 @@ potential and couplings (an ``nnx.Param`` when learned, a frozen variable otherw
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from flax import nnx
+from flax.nnx.nn.linear import default_bias_init, default_kernel_init
 
 from .._validation import check_positive_int, shape_str
 from ._couplings import Couplings, CouplingSpec
@@ -28,14 +31,16 @@ class SamplerScales(nnx.Variable):
 
 class BoltzmannMultiHeadAttention(nnx.Module):
     """Multi-head Boltzmann attention (see :func:`boltzmann_attention`) with query/key/value and
-    output projections.
+    output projections; constructor and call follow ``flax.nnx.MultiHeadAttention`` (the
+    differences are listed in docs/guide/flax.md).
 
     Args:
       num_heads: query heads ``N``.
-      in_features: features of the inputs.
+      in_features: features of the query inputs.
       qkv_features: total query features ``N * H`` (default ``in_features``).
       out_features: output features (default ``in_features``).
       num_kv_heads: key/value heads ``K`` (grouped heads; ``N`` a multiple of ``K``; default ``N``).
+      in_kv_features: features of the key/value inputs (default ``in_features``).
       couplings: a :class:`CouplingSpec` (built here, with a key from ``rngs.params`` for
         ``random``), a ready :class:`Couplings` (its kind decides learned vs frozen), or None
         (``J = 0``). Learned couplings are an ``nnx.Param``; fixed/random ones a
@@ -47,13 +52,25 @@ class BoltzmannMultiHeadAttention(nnx.Module):
       beta: inverse temperature.
       chemical_potential: initial per-head ``b``; trained when ``learn_chemical_potential``.
       is_causal: default causal flag of calls.
-      use_bias: biases in the projections.
+      dtype, param_dtype, precision, kernel_init, bias_init: of the projections, as in Flax
+        (``out_kernel_init``, ``out_bias_init``: of the output projection, default the same).
+      use_bias: biases in the projections (default True, as in Flax).
+      dropout_rate, broadcast_dropout, deterministic: dropout on the attention weights, as in
+        Flax (``deterministic`` of the call takes precedence; with ``dropout_rate > 0`` one of
+        the two must say).
+      normalize_qk: LayerNorm (no bias) on each head's queries and keys before the fields.
       rope: rotate queries and keys by their positions (rotary embeddings,
         :func:`apply_rope`), so the fields ``h_ij`` depend on ``i - j``: the positional signal
         of a model without position embeddings. Needs an even head dimension.
       rope_base: the RoPE frequency base.
       rngs: ``nnx.Rngs``; ``params`` initializes, the ``attention`` stream (falling back to
-        ``default``) keys stochastic methods when no ``rng`` is passed to the call.
+        ``default``) keys stochastic methods when no ``rng`` is passed to the call, the
+        ``dropout`` stream the dropout.
+
+    Raises:
+      ValueError: sizes that do not divide (``qkv_features`` by ``num_heads``, ``num_heads``
+        by ``num_kv_heads``), an unknown ``readout``, an odd head dimension with ``rope``, a
+        ``dropout_rate`` outside ``[0, 1)``.
 
     Example:
       >>> from flax import nnx
@@ -65,18 +82,25 @@ class BoltzmannMultiHeadAttention(nnx.Module):
       (3, 5, 16)
     """
 
-    def __init__(self, num_heads: int, in_features: int, *, qkv_features: int | None = None,
+    def __init__(self, num_heads: int, in_features: int, qkv_features: int | None = None,
                  out_features: int | None = None, num_kv_heads: int | None = None,
+                 in_kv_features: int | None = None, *,
                  couplings: CouplingSpec | Couplings | None = None, method="exact",
                  readout: str = "marginal", beta: float = 1.0, chemical_potential: float = 0.0,
                  learn_chemical_potential: bool = True, is_causal: bool = False,
-                 use_bias: bool = False, rope: bool = False, rope_base: float = 10000.0,
+                 dtype=None, param_dtype=jnp.float32, precision=None,
+                 kernel_init=default_kernel_init, out_kernel_init=None,
+                 bias_init=default_bias_init, out_bias_init=None,
+                 use_bias: bool = True, broadcast_dropout: bool = True,
+                 dropout_rate: float = 0.0, deterministic: bool | None = None,
+                 normalize_qk: bool = False, rope: bool = False, rope_base: float = 10000.0,
                  rngs: nnx.Rngs):
         num_heads = check_positive_int("num_heads", num_heads)
         in_features = check_positive_int("in_features", in_features)
         qkv_features = in_features if qkv_features is None else qkv_features
         out_features = in_features if out_features is None else out_features
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        in_kv_features = in_features if in_kv_features is None else in_kv_features
         if qkv_features % num_heads:
             raise ValueError(
                 f"qkv_features ({qkv_features}) must be divisible by num_heads ({num_heads})"
@@ -92,16 +116,23 @@ class BoltzmannMultiHeadAttention(nnx.Module):
                 f"rope=True needs an even head dimension; qkv_features / num_heads = "
                 f"{qkv_features} / {num_heads} = {qkv_features // num_heads}"
             )
+        if not 0.0 <= float(dropout_rate) < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1); got dropout_rate={dropout_rate!r}")
         self.rope, self.rope_base = bool(rope), float(rope_base)
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.in_features, self.in_kv_features = in_features, in_kv_features
         self.head_dim = qkv_features // num_heads
         self.readout, self.beta, self.is_causal = readout, float(beta), bool(is_causal)
         self.method = resolve_method(method) if readout != "softmax" else None
-        lin = {"use_bias": use_bias, "rngs": rngs}
-        self.query = nnx.Linear(in_features, num_heads * self.head_dim, **lin)
-        self.key = nnx.Linear(in_features, num_kv_heads * self.head_dim, **lin)
-        self.value = nnx.Linear(in_features, num_kv_heads * self.head_dim, **lin)
-        self.out = nnx.Linear(num_heads * self.head_dim, out_features, **lin)
+        lin = {"use_bias": use_bias, "dtype": dtype, "param_dtype": param_dtype,
+               "precision": precision, "rngs": rngs}
+        init = {"kernel_init": kernel_init, "bias_init": bias_init}
+        out_init = {"kernel_init": out_kernel_init or kernel_init,
+                    "bias_init": out_bias_init or bias_init}
+        self.query = nnx.Linear(in_features, num_heads * self.head_dim, **lin, **init)
+        self.key = nnx.Linear(in_kv_features, num_kv_heads * self.head_dim, **lin, **init)
+        self.value = nnx.Linear(in_kv_features, num_kv_heads * self.head_dim, **lin, **init)
+        self.out = nnx.Linear(num_heads * self.head_dim, out_features, **lin, **out_init)
 
         c = Couplings.none()
         if readout != "softmax" and couplings is not None:
@@ -141,6 +172,14 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             self.sampler_scales = SamplerScales(jnp.tile(c, (num_heads, 1)))
         else:
             self.sampler_scales = nnx.data(None)
+        self.dropout_rate, self.broadcast_dropout = float(dropout_rate), bool(broadcast_dropout)
+        self.deterministic = deterministic
+        self.dropout_rngs = (rngs["dropout"].fork() if self.dropout_rate > 0
+                             else nnx.data(None))
+        self.normalize_qk = bool(normalize_qk)
+        ln = {"use_bias": False, "dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
+        self.query_ln = nnx.LayerNorm(self.head_dim, **ln) if normalize_qk else nnx.data(None)
+        self.key_ln = nnx.LayerNorm(self.head_dim, **ln) if normalize_qk else nnx.data(None)
 
     def coupling_object(self) -> Couplings:
         """The current couplings as a :class:`Couplings` (values from the module state)."""
@@ -150,28 +189,76 @@ class BoltzmannMultiHeadAttention(nnx.Module):
         return Couplings(kind, structure, self.couplings[...], max_length=L, max_distance=D,
                          bandwidth=r)
 
-    def __call__(self, inputs_q, inputs_kv=None, *, mask=None, is_causal=None, rng=None,
-                 return_weights: bool = False):
-        """``inputs_q (B, T, F)``, ``inputs_kv (B, S, F)`` (default: ``inputs_q``); ``mask``
-        broadcastable to ``(B, N, T, S)``. Returns ``(B, T, out_features)`` (and the
-        :class:`AttentionInfo` with ``return_weights=True``)."""
-        inputs_kv = inputs_q if inputs_kv is None else inputs_kv
-        if inputs_q.ndim != 3 or inputs_kv.ndim != 3 or inputs_q.shape[0] != inputs_kv.shape[0]:
+    def __call__(self, inputs_q, inputs_k=None, inputs_v=None, *, mask=None,
+                 deterministic: bool | None = None, rngs=None, sow_weights: bool = False,
+                 is_causal: bool | None = None, rng=None, return_weights: bool = False):
+        """Attention of ``inputs_q (..., T, in_features)`` over ``inputs_k`` and ``inputs_v``
+        ``(..., S, in_kv_features)`` (the same leading batch axes; ``inputs_k`` defaults to
+        ``inputs_q``, ``inputs_v`` to ``inputs_k``).
+
+        Args:
+          mask: boolean, broadcastable to ``(..., N, T, S)``; False removes a key.
+          deterministic: no dropout (default: the constructor's).
+          rngs: ``nnx.Rngs`` (its ``dropout`` and ``attention`` streams) or an
+            ``nnx.RngStream`` (dropout) for this call, instead of the module's.
+          sow_weights: store the attention weights ``(..., N, T, S)`` (before dropout) as
+            ``nnx.Intermediate`` ``attention_weights``.
+          is_causal: default the constructor's.
+          rng: PRNG key of a stochastic method for this call.
+          return_weights: also return the :class:`AttentionInfo` (batch axes flattened).
+
+        Returns:
+          ``(..., T, out_features)``, and the :class:`AttentionInfo` with ``return_weights``.
+        """
+        if inputs_k is None:
+            if inputs_v is not None:
+                raise ValueError("inputs_v needs inputs_k (pass the same array as inputs_k and "
+                                 "leave inputs_v None for keys equal to values)")
+            inputs_k = inputs_q
+        inputs_v = inputs_k if inputs_v is None else inputs_v
+        batch = inputs_q.shape[:-2]
+        if (inputs_q.ndim < 3 or inputs_k.shape[:-2] != batch or inputs_v.shape != inputs_k.shape
+                or inputs_q.shape[-1] != self.in_features
+                or inputs_k.shape[-1] != self.in_kv_features):
             raise ValueError(
-                "inputs_q must be (B, T, F) and inputs_kv (B, S, F) with the same B; got "
-                f"{shape_str(inputs_q.shape)} and {shape_str(inputs_kv.shape)}"
+                f"inputs_q must be (..., T, {self.in_features}) and inputs_k, inputs_v "
+                f"(..., S, {self.in_kv_features}) with the same batch axes (at least one); got "
+                f"{shape_str(inputs_q.shape)}, {shape_str(inputs_k.shape)} and "
+                f"{shape_str(inputs_v.shape)}"
             )
-        B, T, _ = inputs_q.shape
-        S = inputs_kv.shape[1]
-        q = self.query(inputs_q).reshape(B, T, self.num_heads, self.head_dim)
-        k = self.key(inputs_kv).reshape(B, S, self.num_kv_heads, self.head_dim)
-        v = self.value(inputs_kv).reshape(B, S, self.num_kv_heads, self.head_dim)
+        T, S = inputs_q.shape[-2], inputs_k.shape[-2]
+        B = math.prod(batch)
+        q = self.query(inputs_q.reshape(B, T, -1)).reshape(B, T, self.num_heads, self.head_dim)
+        k = self.key(inputs_k.reshape(B, S, -1)).reshape(B, S, self.num_kv_heads, self.head_dim)
+        v = self.value(inputs_v.reshape(B, S, -1)).reshape(B, S, self.num_kv_heads,
+                                                            self.head_dim)
+        if self.normalize_qk:
+            q, k = self.query_ln(q), self.key_ln(k)
         if self.rope:
             q = apply_rope(q, jnp.arange(T), base=self.rope_base)
             k = apply_rope(k, jnp.arange(S), base=self.rope_base)
+        if mask is not None:
+            mask = jnp.asarray(mask)
+            mask = jnp.broadcast_to(mask, jnp.broadcast_shapes(
+                mask.shape, batch + (1, 1, 1))).reshape((B,) + mask.shape[-3:]) \
+                if mask.ndim > 3 else mask
         causal = self.is_causal if is_causal is None else is_causal
+        dropout_rng = None
+        if self.dropout_rate > 0:
+            deterministic = self.deterministic if deterministic is None else deterministic
+            if deterministic is None:
+                raise ValueError(
+                    f"dropout_rate={self.dropout_rate} needs deterministic (True: no dropout) "
+                    "in the call or the constructor"
+                )
+            if not deterministic:
+                stream = (rngs["dropout"] if isinstance(rngs, nnx.Rngs)
+                          else rngs if rngs is not None else self.dropout_rngs)
+                dropout_rng = stream()
         kw = {}
         if self.readout != "softmax":
+            if rng is None and isinstance(rngs, nnx.Rngs) and self.rngs is not None:
+                rng = rngs["attention"]()
             if rng is None and self.rngs is not None:
                 rng = self.rngs()
             b = self.chemical_potential
@@ -185,8 +272,16 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             kw = {"couplings": self.coupling_object(), "beta": self.beta,
                       "chemical_potential": b[...] if isinstance(b, nnx.Variable) else b,
                       "method": method, "rng": rng}
+        if dropout_rng is not None:
+            kw.update(dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
+                      broadcast_dropout=self.broadcast_dropout)
+        need = return_weights or sow_weights
         res = boltzmann_attention(q, k, v, mask=mask, is_causal=causal, readout=self.readout,
-                                  return_weights=return_weights, **kw)
-        o, info = res if return_weights else (res, None)
+                                  return_weights=need, **kw)
+        o, info = res if need else (res, None)
+        if sow_weights:
+            self.sow(nnx.Intermediate, "attention_weights",
+                     info.weights.reshape(batch + info.weights.shape[1:]))
         out = self.out(o.reshape(B, T, self.num_heads * self.head_dim))
+        out = out.reshape(batch + out.shape[1:])
         return (out, info) if return_weights else out

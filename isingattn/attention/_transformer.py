@@ -41,6 +41,7 @@ class TransformerBlock(nnx.Module):
         self.ln1 = nnx.LayerNorm(d_model, rngs=rngs)
         kw = _attention_kwargs(attention)
         kw.setdefault("is_causal", causal)
+        kw.setdefault("use_bias", False)  # projections without biases, as the blocks were built
         if rope:
             kw["rope"] = True
         self.attn = BoltzmannMultiHeadAttention(num_heads, d_model, rngs=rngs, **kw)

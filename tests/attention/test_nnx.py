@@ -16,6 +16,7 @@ from isingattn.attention import (
     TransformerLM,
     sampled,
 )
+from isingattn.attention._function import dropout_weights
 from isingattn.attention._nnx import FrozenCouplings
 from isingattn.samplers import ExactSampler
 
@@ -108,10 +109,91 @@ def test_module_bad_input():
     with pytest.raises(ValueError, match="multiple of num_kv_heads"):
         BoltzmannMultiHeadAttention(4, 8, num_kv_heads=3, rngs=nnx.Rngs(0))
     layer = BoltzmannMultiHeadAttention(2, 8, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match=r"\(2, 5, 8\) and \(3, 5, 8\)"):
+    with pytest.raises(ValueError, match=r"got \(2, 5, 8\), \(3, 5, 8\) and \(3, 5, 8\)"):
         layer(jnp.ones((2, 5, 8)), jnp.ones((3, 5, 8)))
+    with pytest.raises(ValueError, match=r"inputs_q must be \(\.\.\., T, 8\)"):
+        layer(jnp.ones((2, 5, 6)))
+    with pytest.raises(ValueError, match="inputs_v needs inputs_k"):
+        layer(jnp.ones((2, 5, 8)), inputs_v=jnp.ones((2, 5, 8)))
+    with pytest.raises(ValueError, match=r"dropout_rate must be in \[0, 1\)"):
+        BoltzmannMultiHeadAttention(2, 8, dropout_rate=1.0, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="dropout_rate=0.5 needs deterministic"):
+        BoltzmannMultiHeadAttention(2, 8, dropout_rate=0.5, rngs=nnx.Rngs(0))(jnp.ones((1, 3, 8)))
     lm = TransformerLM(5, d_model=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="max_length = 4"):
         lm(jnp.zeros((1, 6), jnp.int32))
     with pytest.raises(ValueError, match="attention must be"):
         TransformerLM(5, d_model=8, num_heads=2, attention="linear", rngs=nnx.Rngs(0))
+
+
+# --------------------------------------------------------------------------------------------
+# nnx.MultiHeadAttention's constructor and call
+
+
+def _copy_projections(ours, theirs, N, H):
+    """Our flat Linear projections from nnx.MultiHeadAttention's LinearGeneral ones."""
+    for name in ("query", "key", "value"):
+        src, dst = getattr(theirs, name), getattr(ours, name)
+        dst.kernel[...] = src.kernel[...].reshape(dst.kernel.shape)
+        if src.bias is not None:
+            dst.bias[...] = src.bias[...].reshape(dst.bias.shape)
+    ours.out.kernel[...] = theirs.out.kernel[...].reshape(ours.out.kernel.shape)
+    if theirs.out.bias is not None:
+        ours.out.bias[...] = theirs.out.bias[...]
+
+
+@pytest.mark.parametrize("normalize_qk", [False, True])
+def test_softmax_module_equals_nnx_multi_head_attention(normalize_qk):
+    """Same constructor arguments (qkv_features positional, biases, cross attention with other
+    key/value features, leading batch axes, a mask, normalize_qk, dropout with the same
+    stream) and the same weights: the outputs and sown weights of the softmax readout equal
+    Flax's."""
+    N, F, Fkv, qkv = 2, 6, 5, 8
+    kw = dict(in_kv_features=Fkv, dropout_rate=0.25, broadcast_dropout=False,
+              normalize_qk=normalize_qk)
+    theirs = nnx.MultiHeadAttention(N, F, qkv, 7, rngs=nnx.Rngs(0), decode=False, **kw)
+    ours = BoltzmannMultiHeadAttention(N, F, qkv, 7, readout="softmax", rngs=nnx.Rngs(0), **kw)
+    _copy_projections(ours, theirs, N, qkv // N)
+    xq = jax.random.normal(jax.random.key(1), (3, 2, 4, F))
+    xk = jax.random.normal(jax.random.key(2), (3, 2, 5, Fkv))
+    xv = jax.random.normal(jax.random.key(3), (3, 2, 5, Fkv))
+    mask = jax.random.bernoulli(jax.random.key(4), 0.8, (3, 2, 1, 4, 5)).at[..., 0].set(True)
+    for det in (True, False):
+        want, w_theirs = nnx.capture(
+            lambda m: m(xq, xk, xv, mask=mask, deterministic=det, rngs=nnx.Rngs(dropout=5),
+                        sow_weights=True), nnx.Intermediate)(theirs)
+        got, w_ours = nnx.capture(
+            lambda m: m(xq, xk, xv, mask=mask, deterministic=det, rngs=nnx.Rngs(dropout=5),
+                        sow_weights=True), nnx.Intermediate)(ours)
+        assert got.shape == (3, 2, 4, 7)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(w_ours["attention_weights"][0],
+                                   w_theirs["attention_weights"][0], rtol=2e-5, atol=2e-6)
+
+
+def test_module_flax_options_reach_parameters_and_dropout():
+    layer = BoltzmannMultiHeadAttention(
+        2, 8, couplings=CouplingSpec("learned", "banded", bandwidth=2),
+        param_dtype=jnp.float16, kernel_init=nnx.initializers.ones_init(),
+        out_bias_init=nnx.initializers.constant(0.5), dropout_rate=0.5, deterministic=True,
+        rngs=nnx.Rngs(0))
+    assert layer.query.bias is not None  # use_bias defaults to True, as in Flax
+    assert layer.query.kernel.dtype == jnp.float16
+    np.testing.assert_array_equal(layer.key.kernel[...], 1)
+    np.testing.assert_array_equal(layer.out.bias[...], 0.5)
+    np.testing.assert_array_equal(layer.query.bias[...], 0)
+    x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+    quiet = layer(x)  # deterministic=True from the constructor: no dropout
+    np.testing.assert_array_equal(quiet, layer(x, deterministic=True))
+    noisy = layer(x, deterministic=False)
+    assert not np.allclose(noisy, quiet)
+    again = layer(x, deterministic=False)  # the module's dropout stream moves on
+    assert not np.allclose(again, noisy)
+    # the dropout mask is the function's, from the stream's key
+    key = nnx.Rngs(dropout=3)["dropout"]()
+    _, info = layer(x, return_weights=True)
+    want = layer(x, deterministic=False, rngs=nnx.Rngs(dropout=3))
+    o = jnp.einsum("bnts,bsnh->btnh",
+                   dropout_weights(info.weights.astype(jnp.float32), 0.5, key, True),
+                   layer.value(x).reshape(2, 5, 2, 4))
+    np.testing.assert_allclose(want, layer.out(o.reshape(2, 5, 8)), rtol=1e-5, atol=1e-6)
