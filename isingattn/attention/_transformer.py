@@ -3,11 +3,14 @@ attention with any couplings and inference method."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from .._validation import check_positive_int, shape_str
+from ._methods import Sampled
 from ._nnx import BoltzmannMultiHeadAttention
 
 #: Position schemes of :class:`TransformerLM`: learned absolute embeddings (up to
@@ -37,10 +40,12 @@ class TransformerBlock(nnx.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, attention="softmax",
                  causal: bool = True, rope: bool = False, dropout: float = 0.0,
-                 rngs: nnx.Rngs):
+                 attention_dropout: float = 0.0, rngs: nnx.Rngs):
         self.ln1 = nnx.LayerNorm(d_model, rngs=rngs)
         kw = _attention_kwargs(attention)
         kw.setdefault("is_causal", causal)
+        if attention_dropout:
+            kw.setdefault("dropout_rate", attention_dropout)
         kw.setdefault("use_bias", False)  # projections without biases, as the blocks were built
         if rope:
             kw["rope"] = True
@@ -56,7 +61,9 @@ class TransformerBlock(nnx.Module):
         return self.dropout(x, deterministic=deterministic)
 
     def __call__(self, x, *, mask=None, rng=None, deterministic: bool | None = None):
-        x = x + self._drop(self.attn(self.ln1(x), mask=mask, rng=rng), deterministic)
+        # dropout is active unless deterministic=True (as nnx.Dropout's default here)
+        a = self.attn(self.ln1(x), mask=mask, rng=rng, deterministic=bool(deterministic))
+        x = x + self._drop(a, deterministic)
         return x + self._drop(self.fc2(jax.nn.gelu(self.fc1(self.ln2(x)))), deterministic)
 
 
@@ -83,6 +90,11 @@ class TransformerLM(nnx.Module):
         ``rngs``).
       tie_embeddings: the head reuses the token embedding matrix (``num_outputs`` must equal
         ``vocab_size``); the head keeps its own bias.
+      attention_dropout: rate of dropout on the attention weights of every block (as Flax's
+        attention dropout; the same switch as ``dropout``).
+      scan_layers: the blocks' parameters stacked on a leading axis and the blocks applied by
+        one ``nnx.scan``: one block is traced and compiled instead of ``num_layers`` (compile
+        time flat in depth), the same numbers. Not with ``sampled`` methods.
       rngs: ``nnx.Rngs`` (``params``; ``dropout`` and ``attention`` streams when used).
 
     Example:
@@ -100,15 +112,17 @@ class TransformerLM(nnx.Module):
                  num_layers: int = 2, max_length: int = 128, mlp_ratio: int = 4,
                  attention="softmax", positional: str = "learned",
                  num_outputs: int | None = None, causal: bool = True, dropout: float = 0.0,
-                 tie_embeddings: bool = False, rngs: nnx.Rngs):
+                 tie_embeddings: bool = False, attention_dropout: float = 0.0,
+                 scan_layers: bool = False, rngs: nnx.Rngs):
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.max_length = check_positive_int("max_length", max_length)
         check_positive_int("num_layers", num_layers)
         if positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {', '.join(map(repr, POSITIONAL))}; "
                              f"got {positional!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1); got {dropout}")
+        for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be in [0, 1); got {name}={rate}")
         num_outputs = vocab_size if num_outputs is None else check_positive_int(
             "num_outputs", num_outputs)
         if tie_embeddings and num_outputs != vocab_size:
@@ -121,12 +135,27 @@ class TransformerLM(nnx.Module):
         self.embed = nnx.Embed(vocab_size, d_model, rngs=rngs)
         self.pos = (nnx.Embed(max_length, d_model, rngs=rngs) if positional == "learned"
                     else nnx.data(None))
-        self.blocks = nnx.List([
-            TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio, attention=attention,
-                             causal=causal, rope=positional == "rope", dropout=dropout,
-                             rngs=rngs)
-            for _ in range(num_layers)
-        ])
+        block = functools.partial(
+            TransformerBlock, d_model, num_heads, mlp_ratio=mlp_ratio, attention=attention,
+            causal=causal, rope=positional == "rope", dropout=dropout,
+            attention_dropout=attention_dropout)
+        self.scan_layers = bool(scan_layers)
+        if self.scan_layers:
+            if isinstance(_attention_kwargs(attention).get("method"), Sampled):
+                raise ValueError(
+                    "scan_layers=True does not take sampled methods (their calibration records "
+                    "each layer's module); use scan_layers=False"
+                )
+
+            @nnx.split_rngs(splits=num_layers)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def stacked(r):
+                return block(rngs=r)
+
+            self.blocks = stacked(rngs)
+        else:
+            self.blocks = nnx.List([block(rngs=rngs) for _ in range(num_layers)])
+        self.num_layers = num_layers
         self.ln_f = nnx.LayerNorm(d_model, rngs=rngs)
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else nnx.data(None)
         if self.tie_embeddings:
@@ -148,10 +177,19 @@ class TransformerLM(nnx.Module):
             x = x + self.pos(jnp.arange(tokens.shape[1]))[None]
         if self.dropout is not None:
             x = self.dropout(x, deterministic=deterministic)
-        keys = [None] * len(self.blocks) if rng is None else list(
-            jax.random.split(rng, len(self.blocks)))
-        for block, k in zip(self.blocks, keys):
-            x = block(x, mask=mask, rng=k, deterministic=deterministic)
+        if self.scan_layers:
+            def layer(x, block, key):
+                return block(x, mask=mask, rng=key, deterministic=deterministic)
+
+            keys = (jnp.zeros((self.num_layers,)) if rng is None
+                    else jax.random.split(rng, self.num_layers))
+            x = nnx.scan(lambda x, b, k: layer(x, b, None if rng is None else k),
+                         in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry)(x, self.blocks, keys)
+        else:
+            keys = [None] * self.num_layers if rng is None else list(
+                jax.random.split(rng, self.num_layers))
+            for block, k in zip(self.blocks, keys):
+                x = block(x, mask=mask, rng=k, deterministic=deterministic)
         x = self.ln_f(x)
         if self.head is None:
             return self.embed.attend(x) + self.head_bias[...]

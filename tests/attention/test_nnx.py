@@ -197,3 +197,42 @@ def test_module_flax_options_reach_parameters_and_dropout():
                    dropout_weights(info.weights.astype(jnp.float32), 0.5, key, True),
                    layer.value(x).reshape(2, 5, 2, 4))
     np.testing.assert_allclose(want, layer.out(o.reshape(2, 5, 8)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", [
+    "softmax",
+    dict(couplings=CouplingSpec("learned", "banded", bandwidth=2), method="transfer",
+         chemical_potential=-1.0),
+])
+def test_scanned_layers_equal_unrolled_layers_with_the_same_parameters(attention):
+    """scan_layers stacks the blocks: with the unrolled model's parameters stacked into it,
+    outputs and gradients are the unrolled model's; attention and residual dropout draw per
+    layer and turn off with deterministic=True."""
+    kw = dict(d_model=8, num_heads=2, num_layers=3, max_length=6, attention=attention)
+    unrolled = TransformerLM(7, rngs=nnx.Rngs(0), **kw)
+    scanned = TransformerLM(7, scan_layers=True, rngs=nnx.Rngs(1), **kw)
+    per_layer = [nnx.state(b, nnx.Param) for b in unrolled.blocks]
+    nnx.update(scanned.blocks, jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer))
+    for name in ("embed", "pos", "ln_f", "head"):
+        nnx.update(getattr(scanned, name), nnx.state(getattr(unrolled, name), nnx.Param))
+    tokens = jnp.array([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]])
+    np.testing.assert_allclose(scanned(tokens), unrolled(tokens), rtol=1e-5, atol=1e-6)
+
+    def loss(m):
+        return jnp.sum(m(tokens) ** 2)
+
+    g_un = nnx.grad(loss)(unrolled)
+    g_sc = nnx.grad(loss)(scanned)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[g_un["blocks"][i] for i in range(3)])
+    leaves_sc = jax.tree.leaves(g_sc["blocks"])
+    assert len(leaves_sc) == len(jax.tree.leaves(stacked)) > 0
+    for a, b in zip(jax.tree.leaves(stacked), leaves_sc):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    drop = TransformerLM(7, scan_layers=True, dropout=0.2, attention_dropout=0.3,
+                         rngs=nnx.Rngs(0), **kw)
+    quiet = drop(tokens, deterministic=True)
+    np.testing.assert_array_equal(quiet, drop(tokens, deterministic=True))
+    assert not np.allclose(drop(tokens), quiet)
+    with pytest.raises(ValueError, match="scan_layers=True does not take sampled"):
+        TransformerLM(7, scan_layers=True, rngs=nnx.Rngs(0),
+                      **{**kw, "attention": dict(method=sampled(ExactSampler(), 4))})
