@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn.linear import default_bias_init, default_kernel_init
@@ -59,6 +60,8 @@ class BoltzmannMultiHeadAttention(nnx.Module):
         Flax (``deterministic`` of the call takes precedence; with ``dropout_rate > 0`` one of
         the two must say).
       normalize_qk: LayerNorm (no bias) on each head's queries and keys before the fields.
+      decode: default of the call's ``decode`` (autoregressive decoding from the key/value
+        cache of :meth:`init_cache`).
       rope: rotate queries and keys by their positions (rotary embeddings,
         :func:`apply_rope`), so the fields ``h_ij`` depend on ``i - j``: the positional signal
         of a model without position embeddings. Needs an even head dimension.
@@ -93,8 +96,8 @@ class BoltzmannMultiHeadAttention(nnx.Module):
                  bias_init=default_bias_init, out_bias_init=None,
                  use_bias: bool = True, broadcast_dropout: bool = True,
                  dropout_rate: float = 0.0, deterministic: bool | None = None,
-                 normalize_qk: bool = False, rope: bool = False, rope_base: float = 10000.0,
-                 rngs: nnx.Rngs):
+                 normalize_qk: bool = False, decode: bool | None = None, rope: bool = False,
+                 rope_base: float = 10000.0, rngs: nnx.Rngs):
         num_heads = check_positive_int("num_heads", num_heads)
         in_features = check_positive_int("in_features", in_features)
         qkv_features = in_features if qkv_features is None else qkv_features
@@ -180,6 +183,49 @@ class BoltzmannMultiHeadAttention(nnx.Module):
         ln = {"use_bias": False, "dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
         self.query_ln = nnx.LayerNorm(self.head_dim, **ln) if normalize_qk else nnx.data(None)
         self.key_ln = nnx.LayerNorm(self.head_dim, **ln) if normalize_qk else nnx.data(None)
+        self.decode = decode
+        self.cached_key = self.cached_value = self.cache_index = nnx.data(None)
+
+    def init_cache(self, input_shape, dtype=jnp.float32):
+        """Start autoregressive decoding: an empty key/value cache for key inputs of shape
+        ``input_shape = (batch..., max_length, in_kv_features)`` (as
+        ``nnx.MultiHeadAttention.init_cache``), in ``dtype``. Calls with ``decode=True`` then
+        take one token at a time; the query at cache position ``t`` attends to the cached keys
+        ``0 .. t`` (the row ``t`` of the causal forward pass), and each key's projection is
+        computed once."""
+        if len(input_shape) < 3:
+            raise ValueError("input_shape must be (batch..., max_length, in_kv_features); got "
+                             f"{tuple(input_shape)}")
+        *batch, length, _ = input_shape
+        shape = (math.prod(batch), length, self.num_kv_heads, self.head_dim)
+        self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
+        self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
+        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
+
+    def _decode_step(self, q, k, v):
+        """Write the new token's key and value at the cache index and advance it; returns the
+        query, all cached keys and values, and the mask of the keys up to the new one."""
+        if self.cache_index is None:
+            raise ValueError("decode=True needs the key/value cache: call "
+                             "init_cache((batch..., max_length, in_kv_features)) first")
+        B, length = self.cached_key.shape[:2]
+        if q.shape[:2] != (B, 1) or k.shape[:2] != (B, 1):
+            raise ValueError(
+                f"decode=True takes one token at a time for the cache's batch of {B}: inputs "
+                f"(batch..., 1, features); got query {shape_str(q.shape[:2])} and key "
+                f"{shape_str(k.shape[:2])} (batch flattened, length)"
+            )
+        t = self.cache_index[...]
+        if self.rope:
+            q = apply_rope(q, t[None], base=self.rope_base)
+            k = apply_rope(k, t[None], base=self.rope_base)
+        dtype = self.cached_key.dtype
+        k = jax.lax.dynamic_update_slice(self.cached_key[...], k.astype(dtype), (0, t, 0, 0))
+        v = jax.lax.dynamic_update_slice(self.cached_value[...], v.astype(dtype), (0, t, 0, 0))
+        self.cached_key[...] = k
+        self.cached_value[...] = v
+        self.cache_index[...] = t + 1
+        return q, k, v, (jnp.arange(length) <= t)[None, None, None, :]
 
     def coupling_object(self) -> Couplings:
         """The current couplings as a :class:`Couplings` (values from the module state)."""
@@ -191,7 +237,8 @@ class BoltzmannMultiHeadAttention(nnx.Module):
 
     def __call__(self, inputs_q, inputs_k=None, inputs_v=None, *, mask=None,
                  deterministic: bool | None = None, rngs=None, sow_weights: bool = False,
-                 is_causal: bool | None = None, rng=None, return_weights: bool = False):
+                 decode: bool | None = None, is_causal: bool | None = None, rng=None,
+                 return_weights: bool = False):
         """Attention of ``inputs_q (..., T, in_features)`` over ``inputs_k`` and ``inputs_v``
         ``(..., S, in_kv_features)`` (the same leading batch axes; ``inputs_k`` defaults to
         ``inputs_q``, ``inputs_v`` to ``inputs_k``).
@@ -203,6 +250,9 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             ``nnx.RngStream`` (dropout) for this call, instead of the module's.
           sow_weights: store the attention weights ``(..., N, T, S)`` (before dropout) as
             ``nnx.Intermediate`` ``attention_weights``.
+          decode: one token (``T = S = 1``) appended to the cache of :meth:`init_cache` and
+            attending to every cached key up to it (default: the constructor's ``decode``);
+            ``is_causal`` is then implied.
           is_causal: default the constructor's.
           rng: PRNG key of a stochastic method for this call.
           return_weights: also return the :class:`AttentionInfo` (batch axes flattened).
@@ -234,7 +284,12 @@ class BoltzmannMultiHeadAttention(nnx.Module):
                                                             self.head_dim)
         if self.normalize_qk:
             q, k = self.query_ln(q), self.key_ln(k)
-        if self.rope:
+        decode = self.decode if decode is None else decode
+        if decode:
+            q, k, v, allowed = self._decode_step(q, k, v)
+            mask = allowed if mask is None else jnp.asarray(mask) & allowed
+            S = k.shape[1]
+        elif self.rope:
             q = apply_rope(q, jnp.arange(T), base=self.rope_base)
             k = apply_rope(k, jnp.arange(S), base=self.rope_base)
         if mask is not None:
@@ -242,7 +297,7 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             mask = jnp.broadcast_to(mask, jnp.broadcast_shapes(
                 mask.shape, batch + (1, 1, 1))).reshape((B,) + mask.shape[-3:]) \
                 if mask.ndim > 3 else mask
-        causal = self.is_causal if is_causal is None else is_causal
+        causal = False if decode else self.is_causal if is_causal is None else is_causal
         dropout_rng = None
         if self.dropout_rate > 0:
             deterministic = self.deterministic if deterministic is None else deterministic

@@ -236,3 +236,67 @@ def test_scanned_layers_equal_unrolled_layers_with_the_same_parameters(attention
     with pytest.raises(ValueError, match="scan_layers=True does not take sampled"):
         TransformerLM(7, scan_layers=True, rngs=nnx.Rngs(0),
                       **{**kw, "attention": dict(method=sampled(ExactSampler(), 4))})
+
+
+# --------------------------------------------------------------------------------------------
+# autoregressive decoding with the key/value cache
+
+
+@pytest.mark.parametrize("readout,method,rope", [
+    ("softmax", None, False),
+    ("marginal", "exact", True),
+    ("marginal", "transfer", False),
+    ("marginal", "mean_field", False),
+    ("marginal", "tap", True),
+])
+def test_decoding_token_by_token_equals_the_causal_forward_pass(readout, method, rope):
+    """Row t of the causal pass is the Ising model of query t over keys 0..t: decoding with the
+    cache (grouped heads, two batch axes, RoPE at the cache position) gives it to float
+    precision, and the cache holds the projected keys."""
+    kw = {} if readout == "softmax" else dict(
+        method=method, chemical_potential=-0.5,
+        couplings=CouplingSpec("learned", "banded", bandwidth=2, init=0.4))
+    layer = BoltzmannMultiHeadAttention(4, 8, num_kv_heads=2, readout=readout, is_causal=True,
+                                        rope=rope, rngs=nnx.Rngs(0), **kw)
+    x = jax.random.normal(jax.random.key(1), (2, 3, 6, 8))
+    full = layer(x)
+    layer.init_cache(x.shape)
+    steps = [layer(x[..., t:t + 1, :], decode=True) for t in range(6)]
+    np.testing.assert_allclose(jnp.concatenate(steps, axis=-2), full, rtol=2e-5, atol=2e-6)
+    assert int(layer.cache_index[...]) == 6
+    k = layer.key(x.reshape(6, 6, 8)).reshape(6, 6, 2, 2)
+    if not rope:
+        np.testing.assert_allclose(layer.cached_key[...], k, rtol=1e-6, atol=1e-6)
+    # under nnx.jit the cache is state: one compiled step serves every position
+    layer.init_cache(x.shape)
+    step = nnx.jit(lambda m, xt: m(xt, decode=True))
+    jitted = [step(layer, x[..., t:t + 1, :]) for t in range(6)]
+    np.testing.assert_allclose(jnp.concatenate(jitted, axis=-2), full, rtol=2e-5, atol=2e-6)
+
+
+def test_decoding_bad_use():
+    layer = BoltzmannMultiHeadAttention(2, 8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="needs the key/value cache: call init_cache"):
+        layer(jnp.ones((1, 1, 8)), decode=True)
+    layer.init_cache((1, 4, 8))
+    with pytest.raises(ValueError, match="one token at a time"):
+        layer(jnp.ones((1, 2, 8)), decode=True)
+    with pytest.raises(ValueError, match="input_shape must be"):
+        layer.init_cache((4, 8))
+
+
+def test_decoding_with_a_sampled_method_draws_over_the_cached_keys():
+    """A stochastic method decodes too: each token's draws cover the cached keys up to it, so
+    the first token (one key, chemical potential 30: P(attend) = 1 - 1e-13) attends to that key
+    in every draw, weight 1: the output is its value's projection."""
+    layer = BoltzmannMultiHeadAttention(2, 4, readout="sample", is_causal=True, use_bias=False,
+                                        method=sampled(ExactSampler(), 8), chemical_potential=30.0,
+                                        rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(1), (2, 5, 4))
+    layer.init_cache(x.shape)
+    first = layer(x[:, :1], decode=True, rng=jax.random.key(0))
+    want = layer.out(layer.value(x[:, :1]))
+    assert first.shape == (2, 1, 4)
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
+    rest = [layer(x[:, t:t + 1], decode=True, rng=jax.random.key(t)) for t in range(1, 5)]
+    assert all(np.all(np.isfinite(np.asarray(r))) for r in rest)
