@@ -20,7 +20,6 @@ import argparse
 import time
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from isingattn.attention import BoltzmannMultiHeadAttention, CouplingSpec
