@@ -60,9 +60,11 @@ class TransformerBlock(nnx.Module):
             return x
         return self.dropout(x, deterministic=deterministic)
 
-    def __call__(self, x, *, mask=None, rng=None, deterministic: bool | None = None):
+    def __call__(self, x, *, mask=None, rng=None, deterministic: bool | None = None,
+                 decode: bool = False):
         # dropout is active unless deterministic=True (as nnx.Dropout's default here)
-        a = self.attn(self.ln1(x), mask=mask, rng=rng, deterministic=bool(deterministic))
+        a = self.attn(self.ln1(x), mask=mask, rng=rng, deterministic=bool(deterministic),
+                      decode=decode)
         x = x + self._drop(a, deterministic)
         return x + self._drop(self.fc2(jax.nn.gelu(self.fc1(self.ln2(x)))), deterministic)
 
@@ -156,6 +158,7 @@ class TransformerLM(nnx.Module):
         else:
             self.blocks = nnx.List([block(rngs=rngs) for _ in range(num_layers)])
         self.num_layers = num_layers
+        self.cache_index = nnx.data(None)
         self.ln_f = nnx.LayerNorm(d_model, rngs=rngs)
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else nnx.data(None)
         if self.tie_embeddings:
@@ -165,9 +168,40 @@ class TransformerLM(nnx.Module):
             self.head = nnx.Linear(d_model, num_outputs, rngs=rngs)
             self.head_bias = nnx.data(None)
 
-    def __call__(self, tokens, *, mask=None, rng=None, deterministic: bool | None = None):
+    def init_cache(self, batch_size: int, max_length: int | None = None):
+        """Start autoregressive decoding: empty key/value caches of ``max_length`` positions
+        (default, and at most, ``max_length`` of the model with ``positional="learned"``) for
+        ``batch_size`` sequences in every block; calls with ``decode=True`` then take one token
+        per sequence at a time. Not with ``scan_layers``."""
+        batch_size = check_positive_int("batch_size", batch_size)
+        length = self.max_length if max_length is None else check_positive_int(
+            "max_length", max_length)
+        if self.pos is not None and length > self.max_length:
+            raise ValueError(f"max_length must be <= the model's max_length = {self.max_length} "
+                             f"(positional='learned'); got {length}")
+        if self.scan_layers:
+            raise ValueError("decoding with a cache is not offered with scan_layers=True")
+        for block in self.blocks:
+            block.attn.init_cache((batch_size, length, self.embed.features))
+        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
+
+    def __call__(self, tokens, *, mask=None, rng=None, deterministic: bool | None = None,
+                 decode: bool = False):
         """``tokens (B, T)`` int -> logits ``(B, T, num_outputs)``; ``rng`` feeds stochastic
-        attention (split per block); ``deterministic=True`` turns dropout off."""
+        attention (split per block); ``deterministic=True`` turns dropout off; ``decode=True``
+        takes one token per sequence (``T = 1``) at the next position of the caches of
+        :meth:`init_cache`: the logits of the causal pass at that position."""
+        if decode:
+            if self.cache_index is None:
+                raise ValueError("decode=True needs init_cache(batch_size) first")
+            if tokens.ndim != 2 or tokens.shape[1] != 1:
+                raise ValueError(f"decode=True takes tokens (B, 1); got {shape_str(tokens.shape)}")
+            t = self.cache_index[...]
+            self.cache_index[...] = t + 1
+            x = self.embed(tokens)
+            if self.pos is not None:
+                x = x + self.pos(t[None])[None]
+            return self._layers(x, mask, rng, deterministic, decode=True)
         if tokens.ndim != 2 or (self.pos is not None and tokens.shape[1] > self.max_length):
             limit = (f" with T <= max_length = {self.max_length} (positional='learned')"
                      if self.pos is not None else "")
@@ -175,6 +209,9 @@ class TransformerLM(nnx.Module):
         x = self.embed(tokens)
         if self.pos is not None:
             x = x + self.pos(jnp.arange(tokens.shape[1]))[None]
+        return self._layers(x, mask, rng, deterministic)
+
+    def _layers(self, x, mask, rng, deterministic, decode=False):
         if self.dropout is not None:
             x = self.dropout(x, deterministic=deterministic)
         if self.scan_layers:
@@ -189,7 +226,7 @@ class TransformerLM(nnx.Module):
             keys = [None] * self.num_layers if rng is None else list(
                 jax.random.split(rng, self.num_layers))
             for block, k in zip(self.blocks, keys):
-                x = block(x, mask=mask, rng=k, deterministic=deterministic)
+                x = block(x, mask=mask, rng=k, deterministic=deterministic, decode=decode)
         x = self.ln_f(x)
         if self.head is None:
             return self.embed.attend(x) + self.head_bias[...]

@@ -1,11 +1,14 @@
 """Text generation from a character-level language model (a ``char-lm`` run).
 
-Sampling is autoregressive and **recomputes** the whole window for every new character: the
-attention layers do not offer a key/value cache for decoding yet, so each character costs one
-forward pass over the last ``L`` characters (``L`` the training context), the same program for
-every step (one compilation). The window is the text so far left-aligned and padded on the
-right; the model is causal, so the padding changes nothing at the position read. Boltzmann
-attention uses the run's own inference method with the ``marginal`` readout (deterministic).
+Sampling is autoregressive over a context of the last ``L`` characters (``L`` the training
+context). While the text fits in ``L`` (the prompt, then the first new characters), each
+character is one decoding step with the attention layers' key/value cache
+(``TransformerLM.init_cache``, ``decode=True``): its logits are those of the causal pass at its
+position. Once the context is full, each character **recomputes** one forward pass over the last
+``L`` characters (the window slides, and the learned positions of the cached keys would change),
+left-aligned; the model is causal, so the padding of a shorter window changes nothing at the
+position read. Both paths are one compiled program each. Boltzmann attention uses the run's own
+inference method with the ``marginal`` readout.
 """
 
 from __future__ import annotations
@@ -60,24 +63,42 @@ def _encode_prompt(corpus, prompt: str) -> np.ndarray:
         + (f" and {multi}" if multi else "") + hint)
 
 
-def _sampler(trainer, top_k):
+def _pick(logits, key, temperature, top_k):
     import jax
     import jax.numpy as jnp
+
+    logits = logits.astype(jnp.float32)
+    if top_k is not None:
+        kth = jax.lax.top_k(logits, top_k)[0][-1]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    greedy = jnp.argmax(logits)
+    drawn = jax.random.categorical(key, logits / jnp.maximum(temperature, 1e-30))
+    return jnp.where(temperature > 0, drawn, greedy)
+
+
+def _sampler(trainer, top_k):
+    """The recomputing step: the next token from a padded window of ``L`` characters."""
+    import jax
     from flax import nnx
 
     graphdef = trainer.graphdef
 
     def next_token(state, window, pos, key, temperature):
         model, _ = nnx.merge(graphdef, state)
-        logits = model(window, deterministic=True)[0, pos].astype(jnp.float32)
-        if top_k is not None:
-            kth = jax.lax.top_k(logits, top_k)[0][-1]
-            logits = jnp.where(logits < kth, -jnp.inf, logits)
-        greedy = jnp.argmax(logits)
-        drawn = jax.random.categorical(key, logits / jnp.maximum(temperature, 1e-30))
-        return jnp.where(temperature > 0, drawn, greedy)
+        return _pick(model(window, deterministic=True)[0, pos], key, temperature, top_k)
 
     return jax.jit(next_token)
+
+
+def _decoder(top_k):
+    """The cached step: one token in, the next token's choice and logits' source advanced."""
+    from flax import nnx
+
+    def step(model, token, key, temperature):
+        logits = model(token, deterministic=True, decode=True)[0, 0]
+        return _pick(logits, key, temperature, top_k)
+
+    return nnx.jit(step)
 
 
 def generate_text(run, prompt: str, length: int, *, temperature: float = 1.0, seed: int = 0,
@@ -99,8 +120,9 @@ def generate_text(run, prompt: str, length: int, *, temperature: float = 1.0, se
       top_k: sample among the ``top_k`` most probable characters only (None: all).
 
     Returns the ``length`` new characters as text (the prompt not included; enwik8's bytes
-    decoded as UTF-8, invalid sequences replaced). Each character costs one forward pass over a
-    window of ``L`` characters (no key/value cache). Raises ``ValueError`` for a prompt with
+    decoded as UTF-8, invalid sequences replaced). While the context fits in ``L`` a character
+    costs one decoding step with the key/value cache, then one forward pass over the window of
+    the last ``L`` characters (the module docstring). Raises ``ValueError`` for a prompt with
     characters outside the vocabulary (naming them and the vocabulary), an empty prompt, or
     bad settings.
 
@@ -132,18 +154,32 @@ def generate_text(run, prompt: str, length: int, *, temperature: float = 1.0, se
                          f"vocabulary); got {top_k!r}")
     ids = [int(i) for i in _encode_prompt(task.corpus, prompt)]
     L = trainer.length
-    next_token = _sampler(trainer, None if top_k is None else int(top_k))
+    top_k = None if top_k is None else int(top_k)
     key = jax.random.key(int(seed))
     temp = jnp.float32(temperature)
-    window = np.zeros((1, L), np.int32)
     new = []
-    for i in range(int(length)):
+    # the first characters, while the context fits in L: decoding steps with the cache
+    if length and len(ids) < L:
+        model = trainer.model()
+        model.init_cache(1, L)
+        step = _decoder(top_k)
+        for tok in ids[:-1]:  # the prompt fills the cache
+            step(model, jnp.asarray([[tok]], jnp.int32), key, temp)
+        tok = ids[-1]
+        while len(new) < length and len(ids) < L + 1:
+            tok = int(step(model, jnp.asarray([[tok]], jnp.int32),
+                           jax.random.fold_in(key, len(new)), temp))
+            ids.append(tok)
+            new.append(tok)
+    # then one pass over the sliding window of the last L characters per character
+    next_token = _sampler(trainer, top_k) if len(new) < length else None
+    window = np.zeros((1, L), np.int32)
+    while len(new) < length:
         ctx = ids[-L:]
         window[0, :len(ctx)] = ctx
         window[0, len(ctx):] = 0
         tok = int(next_token(trainer.state, jnp.asarray(window), len(ctx) - 1,
-                             jax.random.fold_in(key, i), temp))
+                             jax.random.fold_in(key, len(new)), temp))
         ids.append(tok)
         new.append(tok)
     return task.corpus.decode(np.asarray(new, np.int64))
-

@@ -300,3 +300,29 @@ def test_decoding_with_a_sampled_method_draws_over_the_cached_keys():
     np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
     rest = [layer(x[:, t:t + 1], decode=True, rng=jax.random.key(t)) for t in range(1, 5)]
     assert all(np.all(np.isfinite(np.asarray(r))) for r in rest)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_language_model_decoding_equals_the_full_pass(positional):
+    """TransformerLM.init_cache + decode=True: each token's logits equal the full causal pass
+    at its position (learned positions at the cache index, or RoPE in every layer)."""
+    lm = TransformerLM(9, d_model=8, num_heads=2, num_layers=2, max_length=7,
+                       positional=positional,
+                       attention=dict(couplings=CouplingSpec("learned", "banded", bandwidth=2,
+                                                             init=0.5), method="transfer"),
+                       rngs=nnx.Rngs(0))
+    tokens = jnp.array([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])
+    full = lm(tokens)
+    lm.init_cache(2)
+    step = nnx.jit(lambda m, t: m(t, decode=True))
+    got = jnp.concatenate([step(lm, tokens[:, t:t + 1]) for t in range(7)], axis=1)
+    np.testing.assert_allclose(got, full, rtol=2e-5, atol=2e-5)
+    with pytest.raises(ValueError, match="decode=True takes tokens \\(B, 1\\)"):
+        lm(tokens[:, :2], decode=True)
+    if positional == "learned":
+        with pytest.raises(ValueError, match="max_length must be <= the model's max_length = 7"):
+            lm.init_cache(2, 8)
+    fresh = TransformerLM(9, d_model=8, num_heads=2, num_layers=1, max_length=7,
+                          rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="needs init_cache"):
+        fresh(tokens[:, :1], decode=True)

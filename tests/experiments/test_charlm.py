@@ -235,6 +235,13 @@ def test_generate_is_deterministic_per_seed_windows_the_prompt_and_needs_no_corp
         logits = model(jnp.asarray([ids[-8:]], jnp.int32), deterministic=True)[0, -1]
         ids.append(int(jnp.argmax(logits)))
     assert generate_text(trainer, prompt, 4, temperature=0) == corpus.decode(ids[-4:])
+    # a short prompt decodes with the key/value cache until the context is full, then slides
+    # the window: the same characters as the model on the exact windows
+    ids = list(corpus.encode("cat"))
+    for _ in range(9):
+        logits = model(jnp.asarray([ids[-8:]], jnp.int32), deterministic=True)[0, -1]
+        ids.append(int(jnp.argmax(logits)))
+    assert generate_text(trainer, "cat", 9, temperature=0) == corpus.decode(ids[-9:])
 
 
 def test_generate_errors(ptb_run):
