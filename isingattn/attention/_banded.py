@@ -80,6 +80,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from .. import _vma
 from . import _native
 
 #: Steps between exact renormalizations of the messages (and the checkpoint spacing).
@@ -213,7 +214,7 @@ def _scan_lanes(body, init, xs, reverse=False):
         res = [body(c, x) for c, x in zip(carry, blk)]
         return tuple(r[0] for r in res), tuple(r[1] for r in res)
 
-    return jax.lax.scan(run, init, xs, reverse=reverse)
+    return _vma.scan(run, init, xs, reverse=reverse)
 
 
 def _marginals_tile(a, c, feat):
@@ -424,7 +425,7 @@ def _vjp_tile(a, c, feat, g, pairs=True):
 
     acc0 = jnp.zeros((N, R), a.dtype)
     init = (((ones, zeros, unit, acc0),) * L, tuple(start_of(e, nb - 1) for e in ends), nb - 1)
-    (final, _, _), da = jax.lax.scan(run, init, lanes, reverse=True)
+    (final, _, _), da = _vma.scan(run, init, lanes, reverse=True)
     acc = sum(f[3] for f in final)
     # s_{k-d} is bit r - d of the window before key k (bit 0: the oldest, d = r)
     dc = (acc * C[:, :, 0]) @ feat
@@ -549,10 +550,10 @@ def _log_marginals_tile(a, c, feat):
 
     @jax.checkpoint
     def forward(alpha, blk):
-        alpha, _ = jax.lax.scan(fstep, alpha, blk)
+        alpha, _ = _vma.scan(fstep, alpha, blk)
         return alpha, alpha
 
-    _, ends = jax.lax.scan(forward, _log_start(N, R, Q, a.dtype), ls)
+    _, ends = _vma.scan(forward, _log_start(N, R, Q, a.dtype), ls)
     has = _bitrev(_block_readout(K, feat)[None])[0] > 0  # (2^r, K), bit-reversed windows
 
     @jax.checkpoint
@@ -561,10 +562,10 @@ def _log_marginals_tile(a, c, feat):
         P = _bitrev(end) + beta  # log of the window posterior at the block end, unnormalized
         lz = _lse(P, 1)
         lm = _lse(P[:, :, None] + jnp.where(has, 0.0, neg)[None, :, :, None], 1)
-        beta, _ = jax.lax.scan(bstep, beta, f, reverse=True)
+        beta, _ = _vma.scan(bstep, beta, f, reverse=True)
         return beta, jnp.moveaxis(lm - lz[:, None], 1, 0)
 
-    _, lm = jax.lax.scan(backward, jnp.zeros((N, R, Q), a.dtype), (ends, ls), reverse=True)
+    _, lm = _vma.scan(backward, jnp.zeros((N, R, Q), a.dtype), (ends, ls), reverse=True)
     return lm
 
 
@@ -579,10 +580,10 @@ def _log_partition_log_tile(a, c, feat):
 
     @jax.checkpoint
     def forward(alpha, blk):
-        alpha, shifts = jax.lax.scan(step, alpha, blk)
+        alpha, shifts = _vma.scan(step, alpha, blk)
         return alpha, jnp.sum(shifts, axis=0)
 
-    alpha, shifts = jax.lax.scan(forward, _log_start(N, feat.shape[0], Q, a.dtype),
+    alpha, shifts = _vma.scan(forward, _log_start(N, feat.shape[0], Q, a.dtype),
                                  jnp.stack([l0, l1], axis=2))
     return _lse(alpha, 1) + jnp.sum(shifts, axis=0) + jnp.sum(up, axis=(0, 1))
 
@@ -643,8 +644,11 @@ def _core_bwd(r, coupling_grad, res, g):
         da = _map_tiles(lambda x, c, gx: _vjp_tile(x, c, feat, gx, pairs=False)[0], a, cw, g)
 
         def strong_da():
-            return _map_tiles(lambda x, c, gx: jax.vjp(
-                lambda x: _log_marginals_tile(x, c, feat), x)[1](gx)[0], a, c, g)
+            def tile(x, c, gx):
+                out, pullback = jax.vjp(lambda x: _log_marginals_tile(x, c, feat), x)
+                return pullback(_vma.like(gx, out))[0]
+
+            return _map_tiles(tile, a, c, g)
 
         return _with_strong(da, strong, strong_da), jnp.zeros_like(c)
 
@@ -667,11 +671,15 @@ def _core_bwd(r, coupling_grad, res, g):
         da, dc = blocks(a, g)
 
     def strong_grads():
-        da, dc = _map_tiles(lambda x, c, gx: jax.vjp(
-            lambda x, c: _log_marginals_tile(x, c, feat), x, c)[1](gx), a, c, g)
+        def tile(x, c, gx):
+            out, pullback = jax.vjp(lambda x, c: _log_marginals_tile(x, c, feat), x, c)
+            return pullback(_vma.like(gx, out))
+
+        da, dc = _map_tiles(tile, a, c, g)
         return da, jnp.sum(dc, axis=0)
 
-    return _with_strong((da, jnp.sum(dc, axis=0)), strong, strong_grads)
+    # inside shard_map, shared couplings get the sum of every shard's gradient
+    return _vma.sum_like(_with_strong((da, jnp.sum(dc, axis=0)), strong, strong_grads), res)
 
 
 _banded_core.defvjp(_core_fwd, _core_bwd)

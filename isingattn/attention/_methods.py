@@ -28,7 +28,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .. import _vma
 from .._validation import check_positive_int
+from .._vma import carry_like
 
 #: Largest number of keys ``S`` the ``exact`` method enumerates (``2^S`` patterns per query).
 MAX_EXACT_KEYS = 16
@@ -274,7 +276,7 @@ def _fixed_point(step, x0, *, accelerate, max_iters, tol, clip):
             return k + 1, gx, _max_abs([g - y for g, y in zip(gx, x)])
 
         k, x, res = jax.lax.while_loop(lambda c: (c[0] < max_iters) & (c[2] > tol), body0,
-                                       (k0, x0, big))
+                                       carry_like(body0, (k0, x0, big)))
         return x, k, res
 
     def body(c):
@@ -310,7 +312,7 @@ def _fixed_point(step, x0, *, accelerate, max_iters, tol, clip):
     init = (k0, x0, big, tuple(jnp.full(s, _SQ_MAX_STEP, dt) for s in rows),
             tuple(jnp.full(s, jnp.inf, dt) for s in rows))
     k, x, res, _, _ = jax.lax.while_loop(lambda c: (c[0] < max_iters) & (c[2] > tol), body,
-                                         init)
+                                         carry_like(body, init))
     return x, k, res
 
 
@@ -640,6 +642,8 @@ def _fdt_bwd(cfg, res, cot):
         "bntmj,njk,bntmk->bntm", s, J, s)
     dbeta = jnp.sum(fc * neg_energy).astype(jnp.result_type(beta))
     dbeta = jnp.broadcast_to(dbeta, jnp.shape(beta))
+    # inside shard_map, inputs shared by every shard get the sum of their gradients
+    dh, dJ, dbeta = _vma.sum_like((dh, dJ, dbeta), (h, J, beta))
     return dh, dJ, dbeta, None, None, None
 
 

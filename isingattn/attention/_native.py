@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _ffi
+from .. import _ffi, _vma
 from .._ffi import numba
 
 TARGET = "isingattn_transfer_marginals"
@@ -535,7 +535,7 @@ def transfer_marginals(a, c, fast_limit):
     if math.prod(a.shape) == 0:
         return jnp.zeros_like(a)
     limit = jnp.full((1,), fast_limit, a.dtype)
-    return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(a.shape, a.dtype),
+    return jax.ffi.ffi_call(TARGET, _vma.result_like(a.shape, a.dtype, a, c),
                             vmap_method="sequential")(a, c, limit)
 
 

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _vma
 from .._validation import check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
 
@@ -316,7 +317,7 @@ def _forward(band: _Band, r, *, keep):
         return new - shift, (shift[:, 0, 0], alpha if keep else None)
 
     xs = (jnp.moveaxis(band.a, -1, 0), jnp.moveaxis(band.z, -1, 0), jnp.moveaxis(band.win, 1, 0))
-    alpha, (shifts, alphas) = jax.lax.scan(step, init, xs, unroll=_unroll(r))
+    alpha, (shifts, alphas) = _vma.scan(step, init, xs, unroll=_unroll(r))
     # a running float32 total would lose ~n * eps * log Z; a pairwise sum loses ~log2(n) * eps
     logz = _pairwise_sum(shifts)[:, None] + jax.nn.logsumexp(alpha, axis=-1)
     if keep:
@@ -381,7 +382,7 @@ def _backward(band: _Band, alphas, r, D, want_energy):
         return prev, (logb, elog)
 
     xs = (a_t, z_t, win_t, alphas[:-1] if want_energy else None)
-    _, (betas, elog) = jax.lax.scan(
+    _, (betas, elog) = _vma.scan(
         step, jnp.zeros((B, P, S), dt), xs, reverse=True, unroll=_unroll(r)
     )  # betas[j]: message of the window ending at j
     if want_energy:
@@ -404,7 +405,7 @@ def _backward(band: _Band, alphas, r, D, want_energy):
         Vprev = Vr[:, :, :, 0, :, None] * q0_j[:, :, None] + Vr[:, :, :, 1, :, None] * q1_j[:, :, None]
         return Vprev.reshape(B, P, D, S), row
 
-    _, rows = jax.lax.scan(
+    _, rows = _vma.scan(
         pair_step, jnp.zeros((B, P, D, S), dt), (p, q0, q1), reverse=True, unroll=_unroll(r)
     )
     return m, elog, rows
@@ -623,7 +624,7 @@ def _sample_run(model, keys, r, K, num_samples):
         return cand + o, c.astype(jnp.int8)
 
     xs = (alphas[:-1], jnp.moveaxis(band.win, 1, 0), jnp.moveaxis(uniforms, 1, 0))
-    _, bits = jax.lax.scan(step, w, xs, reverse=True)
+    _, bits = _vma.scan(step, w, xs, reverse=True)
     logz = jax.nn.logsumexp(logz_c, axis=-1) + band.c
     return jnp.moveaxis(bits, 0, -1), logz  # (B, S, n), (B,)
 

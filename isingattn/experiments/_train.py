@@ -140,7 +140,7 @@ class _Graph:
     """A model's graph definition as a static jit argument, its hash computed once (hashing a
     graph walks all of it; the steps are called thousands of times)."""
 
-    __slots__ = ("graphdef", "_hash")
+    __slots__ = ("_hash", "graphdef")
 
     def __init__(self, graphdef):
         self.graphdef = graphdef

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _ffi
+from .. import _ffi, _vma
 from .._ffi import numba
 
 if numba is not None:
@@ -239,7 +239,7 @@ def grid_roots(bond):
     if Lx * Ly == 0 or math.prod(lead) == 0:
         return jnp.zeros((*lead, Lx * Ly), jnp.int32)
     return jax.ffi.ffi_call(
-        GRID_TARGET, jax.ShapeDtypeStruct((*lead, Lx * Ly), jnp.int32),
+        GRID_TARGET, _vma.result_like((*lead, Lx * Ly), jnp.int32, bond),
         vmap_method="broadcast_all")(jnp.asarray(bond, bool))
 
 
@@ -255,7 +255,7 @@ def table_roots(bonded, nbr):
     if n == 0 or math.prod(lead) == 0:
         return jnp.zeros((*lead, n), jnp.int32)
     return jax.ffi.ffi_call(
-        TABLE_TARGET, jax.ShapeDtypeStruct((*lead, n), jnp.int32),
+        TABLE_TARGET, _vma.result_like((*lead, n), jnp.int32, bonded, nbr),
         vmap_method="expand_dims")(jnp.asarray(bonded, bool), jnp.asarray(nbr, jnp.int32))
 
 
