@@ -535,8 +535,78 @@ def transfer_marginals(a, c, fast_limit):
     if math.prod(a.shape) == 0:
         return jnp.zeros_like(a)
     limit = jnp.full((1,), fast_limit, a.dtype)
+    if a.ndim == 3 and jax.device_count() > 1 and not _vma._manual_axes():
+        # under jit with sharded inputs: each device runs the kernel on its own chains
+        return _partitioned(a, c, limit)
+    return _call(a, c, limit)
+
+
+def _call(a, c, limit):
     return jax.ffi.ffi_call(TARGET, _vma.result_like(a.shape, a.dtype, a, c),
                             vmap_method="sequential")(a, c, limit)
 
 
-__all__ = ["available", "transfer_marginals"]
+def _make_partitioned():
+    """The kernel as a ``custom_partitioning`` op over ``(Q, N, S)`` chains: XLA splits the
+    chains axis ``Q`` over the devices its input is sharded on and runs the kernel on each
+    shard (without it, the foreign call is fed the whole gathered batch on every device); heads
+    and keys stay whole (a chain needs all its keys, a head its couplings)."""
+    from jax.experimental.custom_partitioning import custom_partitioning
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    @custom_partitioning
+    def op(a, c, limit):
+        return _call(a, c, limit)
+
+    def chains_spec(arg):
+        spec = getattr(arg.sharding, "spec", None)
+        return P(spec[0] if spec else None, None, None)
+
+    def infer(mesh, arg_shapes, result_shape):
+        return NamedSharding(mesh, chains_spec(arg_shapes[0]))
+
+    def partition(mesh, arg_shapes, result_shape):
+        out = NamedSharding(mesh, chains_spec(arg_shapes[0]))
+        args = (out, NamedSharding(mesh, P(None, None)), NamedSharding(mesh, P(None)))
+        return mesh, _call, out, args
+
+    op.def_partition(partition, infer_sharding_from_operands=infer,
+                     sharding_rule="q n s, n r, l -> q n s",
+                     need_replication_factors=("n", "s", "r", "l"))
+    return op
+
+
+_PARTITIONED = None
+
+
+def _partitioned(a, c, limit):
+    global _PARTITIONED
+    if _PARTITIONED is None:
+        _PARTITIONED = _batchable(_make_partitioned())
+    return _PARTITIONED(a, c, limit)
+
+
+def _batchable(op):
+    """``op`` (chains ``(Q, N, S)``, independent of one another) under ``jax.vmap``: a mapped
+    axis of the chains joins ``Q``; mapped couplings run the plain kernel per element
+    (``custom_partitioning`` has no batching rule of its own)."""
+    from jax.custom_batching import custom_vmap
+
+    @custom_vmap
+    def f(a, c, limit):
+        return op(a, c, limit)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, a, c, limit):
+        a_b, c_b, l_b = in_batched
+        if not a_b:
+            a = jnp.broadcast_to(a, (axis_size,) + a.shape)
+        if c_b or l_b:
+            c = c if c_b else jnp.broadcast_to(c, (axis_size,) + c.shape)
+            limit = limit if l_b else jnp.broadcast_to(limit, (axis_size,) + limit.shape)
+            return jax.lax.map(lambda x: _call(*x), (a, c, limit)), True
+        out = f(a.reshape((-1,) + a.shape[2:]), c, limit)
+        return out.reshape(a.shape), True
+
+    return f
