@@ -166,6 +166,23 @@ def _check_dropout(rate, rng):
         )
 
 
+def _explicit_axes(*arrays):
+    """The ``Explicit`` mesh axes that ``arrays`` are sharded over (their types carry them)."""
+    axes = set()
+    for x in arrays:
+        sharding = getattr(jax.typeof(x), "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        spec = getattr(sharding, "spec", None)
+        if mesh is None or not spec:
+            continue
+        explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types)
+                    if t == jax.sharding.AxisType.Explicit}
+        for entry in spec:
+            names = entry if isinstance(entry, tuple) else (entry,)
+            axes |= {n for n in names if n in explicit}
+    return sorted(axes)
+
+
 def _forward_mode_error(method, couplings, err):
     return TypeError(
         f"jax.jvp (forward-mode differentiation) through method={method.name!r} with couplings "
@@ -345,6 +362,14 @@ def boltzmann_attention(
                 "rng=jax.random.key(...)"
             )
         check_beta(beta)
+        explicit = _explicit_axes(query, key, value)
+        if explicit and method.name != "exact":
+            raise ValueError(
+                f"method={method.name!r} does not take inputs sharded on Explicit mesh axes "
+                f"yet (here {explicit}): use a mesh with Auto axes (jax.make_mesh(..., "
+                "axis_types=(jax.sharding.AxisType.Auto,) * k)) or jax.shard_map; method='exact' "
+                "and readout='softmax' take them"
+            )
         if couplings is None:
             couplings = Couplings.none()
         if not isinstance(couplings, Couplings):

@@ -80,6 +80,22 @@ SCRIPT = textwrap.dedent('''
     many = jax.jit(jax.vmap(lambda q: loss(q, k, w)))(jnp.stack([q, 2 * q]))
     np.testing.assert_allclose(many, [ref_val, loss(2 * q, k, w)], rtol=1e-5)
     print("auto", "ok")
+
+    # Explicit mesh axes (jax.make_mesh's default): exact and softmax run; the others say so
+    explicit = jax.make_mesh((2,), ("data",))
+    qe = jax.device_put(q, NamedSharding(explicit, P("data")))
+    with jax.set_mesh(explicit):
+        jax.jit(lambda q: boltzmann_attention(q, q, q, readout="softmax"))(qe)
+        jax.jit(lambda q: boltzmann_attention(q[:, :6], q[:, :6], q[:, :6], method="exact",
+                                              couplings=c.replace(w)))(qe)
+        try:
+            jax.jit(lambda q: boltzmann_attention(q, q, q, method="transfer",
+                                                  couplings=c.replace(w)))(qe)
+        except ValueError as e:
+            assert "Explicit mesh axes" in str(e) and "['data']" in str(e), e
+        else:
+            raise AssertionError("transfer on Explicit axes did not raise")
+    print("explicit", "ok")
 ''')
 
 
@@ -88,4 +104,4 @@ def test_gradients_inside_shard_map_with_default_checks_equal_one_device():
                          check=False, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.stdout.split() == ["exact", "ok", "transfer", "ok", "transfer-strong", "ok",
-                                  "mean_field", "ok", "tap", "ok", "auto", "ok"]
+                                  "mean_field", "ok", "tap", "ok", "auto", "ok", "explicit", "ok"]
