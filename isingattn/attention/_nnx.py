@@ -244,7 +244,8 @@ class BoltzmannMultiHeadAttention(nnx.Module):
         ``inputs_q``, ``inputs_v`` to ``inputs_k``).
 
         Args:
-          mask: boolean, broadcastable to ``(..., N, T, S)``; False removes a key.
+          mask: broadcastable to ``(..., N, T, S)``; False (or 0: Flax's float masks) removes a
+            key.
           deterministic: no dropout (default: the constructor's).
           rngs: ``nnx.Rngs`` (its ``dropout`` and ``attention`` streams) or an
             ``nnx.RngStream`` (dropout) for this call, instead of the module's.
@@ -284,16 +285,18 @@ class BoltzmannMultiHeadAttention(nnx.Module):
                                                             self.head_dim)
         if self.normalize_qk:
             q, k = self.query_ln(q), self.key_ln(k)
+        if mask is not None:  # Flax's masks may be float 0/1 (nnx.make_causal_mask)
+            mask = jnp.asarray(mask)
+            mask = mask if mask.dtype == jnp.bool_ else mask != 0
         decode = self.decode if decode is None else decode
         if decode:
             q, k, v, allowed = self._decode_step(q, k, v)
-            mask = allowed if mask is None else jnp.asarray(mask) & allowed
+            mask = allowed if mask is None else mask & allowed
             S = k.shape[1]
         elif self.rope:
             q = apply_rope(q, jnp.arange(T), base=self.rope_base)
             k = apply_rope(k, jnp.arange(S), base=self.rope_base)
         if mask is not None:
-            mask = jnp.asarray(mask)
             mask = jnp.broadcast_to(mask, jnp.broadcast_shapes(
                 mask.shape, batch + (1, 1, 1))).reshape((B,) + mask.shape[-3:]) \
                 if mask.ndim > 3 else mask

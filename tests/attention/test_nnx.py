@@ -158,6 +158,8 @@ def test_softmax_module_equals_nnx_multi_head_attention(normalize_qk):
     xk = jax.random.normal(jax.random.key(2), (3, 2, 5, Fkv))
     xv = jax.random.normal(jax.random.key(3), (3, 2, 5, Fkv))
     mask = jax.random.bernoulli(jax.random.key(4), 0.8, (3, 2, 1, 4, 5)).at[..., 0].set(True)
+    if normalize_qk:  # Flax's float 0/1 masks too
+        mask = mask.astype(jnp.float32)
     for det in (True, False):
         want, w_theirs = nnx.capture(
             lambda m: m(xq, xk, xv, mask=mask, deterministic=det, rngs=nnx.Rngs(dropout=5),
