@@ -215,13 +215,14 @@ class TransformerLM(nnx.Module):
         if self.dropout is not None:
             x = self.dropout(x, deterministic=deterministic)
         if self.scan_layers:
-            def layer(x, block, key):
-                return block(x, mask=mask, rng=key, deterministic=deterministic)
+            def layer(x, block, key):  # key: a placeholder when rng is None
+                return block(x, mask=mask, rng=None if rng is None else key,
+                             deterministic=deterministic)
 
             keys = (jnp.zeros((self.num_layers,)) if rng is None
                     else jax.random.split(rng, self.num_layers))
-            x = nnx.scan(lambda x, b, k: layer(x, b, None if rng is None else k),
-                         in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry)(x, self.blocks, keys)
+            x = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry)(
+                x, self.blocks, keys)
         else:
             keys = [None] * self.num_layers if rng is None else list(
                 jax.random.split(rng, self.num_layers))
