@@ -36,6 +36,7 @@ from .._validation import check_positive_int, is_concrete, shape_str
 from ..models import ModelBase, SparseIsingModel, Vartype
 from ._base import Sampler
 from ._colouring import colour_classes
+from ._sharding import auto_axes, batch_split, map_models
 
 #: Schedule types: dwave-samplers' three, plus ``"fixed"`` (constant at each model's own beta).
 BETA_SCHEDULE_TYPES = ("linear", "geometric", "custom", "fixed")
@@ -471,18 +472,19 @@ def anneal(
                 f"{model.vartype.value} model; found {sorted(vals)}"
             )
     as_arr = lambda v: None if v is None else jnp.asarray(v)
+    model = auto_axes(model)
     return _anneal_jit(
         model, key, as_arr(beta_range), as_arr(beta_schedule), as_arr(initial_states),
-        num_reads=num_reads,
+        split=batch_split(model), num_reads=num_reads,
         num_sweeps=num_sweeps, num_sweeps_per_beta=num_sweeps_per_beta,
         beta_schedule_type=beta_schedule_type, gibbs=gibbs,
     )
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "num_reads", "num_sweeps", "num_sweeps_per_beta", "beta_schedule_type", "gibbs"))
+    "num_reads", "num_sweeps", "num_sweeps_per_beta", "beta_schedule_type", "gibbs", "split"))
 def _anneal_jit(model, key, beta_range, beta_schedule, initial_states, *, num_reads, num_sweeps,
-                num_sweeps_per_beta, beta_schedule_type, gibbs):
+                num_sweeps_per_beta, beta_schedule_type, gibbs, split=None):
     betas, rng = annealing_schedule(
         model, num_sweeps=num_sweeps, num_sweeps_per_beta=num_sweeps_per_beta,
         beta_range=beta_range, beta_schedule_type=beta_schedule_type,
@@ -509,7 +511,9 @@ def _anneal_jit(model, key, beta_range, beta_schedule, initial_states, *, num_re
         if J.ndim > 1 or spin.mask.ndim > 1:
             J = jnp.broadcast_to(J, batch + J.shape[-1:]).reshape(M, -1)
         Jpad = jnp.concatenate([J, jnp.zeros(J.shape[:-1] + (1,), dt)], -1)
-        x, acc = _run_sparse(Jpad, h, mask, betas_f, x0f, seeds, gibbs=gibbs, graph=spin.graph)
+        run = functools.partial(_run_sparse, gibbs=gibbs, graph=spin.graph)
+        x, acc = map_models(run, split, Jpad, h, mask, betas_f, x0f, seeds,
+                            shared=(0,) if Jpad.ndim == 1 else ())
     else:
         block = min(_BLOCK, n)
         pad = -n % block
@@ -522,7 +526,9 @@ def _anneal_jit(model, key, beta_range, beta_schedule, initial_states, *, num_re
             h = jnp.pad(h, [(0, 0), (0, pad)])
             mask = jnp.pad(mask, [(0, 0), (0, pad)])
             x0f = jnp.pad(x0f, [(0, 0), (0, pad), (0, 0)], constant_values=-1.0)
-        x, acc = _run_dense(J, h, mask, betas_f, x0f, seeds, gibbs=gibbs, block=block)
+        run = functools.partial(_run_dense, gibbs=gibbs, block=block)
+        x, acc = map_models(run, split, J, h, mask, betas_f, x0f, seeds,
+                            shared=(0,) if shared else ())
         x = x[:, :n]
     x = jnp.swapaxes(x, -1, -2).reshape(batch + (num_reads, n))
     active = jnp.maximum(jnp.sum(mask, -1), 1).astype(dt)

@@ -16,6 +16,7 @@ import numpy as np
 
 from .._validation import check_positive_int, normalize_key, shape_str
 from ..models import ModelBase, Vartype
+from ._sharding import auto_axes
 
 #: Keys of ``Samples.info["timing"]`` (seconds), the same for every backend.
 TIMING_KEYS = ("setup_s", "sampling_s", "total_s")
@@ -173,6 +174,7 @@ class Sampler(abc.ABC):
         num_samples = check_positive_int("num_samples", num_samples)
         num_chains = check_positive_int("num_chains", num_chains)
         self._check_options(options, "sample")
+        model = auto_axes(model)
         t0 = time.perf_counter()
         spins, info = self._sample(model, key, num_samples, num_chains, **options)
         spins = jax.block_until_ready(spins)

@@ -56,6 +56,7 @@ import numpy as np
 from .._validation import check_positive_int, is_concrete, shape_str
 from ..models import IsingModel, SparseIsingModel
 from ._base import Sampler
+from ._sharding import batch_split, map_models, num_shards
 
 MCMC_PARAMETERS = {"num_burnin": [], "thinning": [], "initial_states": [], "beta_schedule": []}
 
@@ -209,17 +210,19 @@ class MCMCSampler(Sampler):
             sched = jnp.asarray(check_beta_schedule(beta_schedule, total), model.dtype)
             betas = jnp.broadcast_to(sched, (B, total))
         keys = jax.random.split(k_run, B * num_chains).reshape(B, num_chains)
-        lanes = _chain_lanes(B, num_chains, model.n) if streamed else 1
+        split = batch_split(model)
+        lanes = _chain_lanes(B // num_shards(split), num_chains, model.n) if streamed else 1
         xs, info = _run(self, flat, keys, x0, betas, jnp.int32(num_burnin), num_samples,
-                        jnp.int32(thinning), streamed, lanes)
+                        jnp.int32(thinning), streamed, lanes, split)
         batch = model.batch_shape
         spins = xs.reshape(batch + (num_chains, num_samples, model.n))
         info = {k: v.reshape(batch + (num_chains,) + v.shape[2:]) for k, v in info.items()}
         return spins, info
 
 
-@functools.partial(jax.jit, static_argnums=(0, 6, 8, 9))
-def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, streamed, lanes):
+@functools.partial(jax.jit, static_argnums=(0, 6, 8, 9, 10))
+def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, streamed, lanes,
+         split=None):
     # streamed (fixed beta, a kernel that carries its stream): nested loops whose bodies hold
     # only the kernel, so XLA runs them inline (module docstring), or with lanes > 1 the chains
     # split into that many independent lanes (_chain_lanes; the same draws, as every chain has
@@ -296,15 +299,18 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
         (_, buf, acc), _ = jax.lax.scan(sweep, (states, buf0, acc0), jnp.arange(total))
         return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
 
-    if flat.h.shape[0] == 1:
-        # one model: no vmap over models. Batching the model's own arrays turns the neighbour
-        # gathers of sparse sweeps into batched gathers, measured 10x slower on CPU.
-        one = jax.tree_util.tree_map(lambda a: a[0], (flat, keys, x0, betas))
-        return jax.tree_util.tree_map(lambda a: a[None], one_model(*one))
-    if isinstance(flat, SparseIsingModel) and flat.n * x0.shape[1] >= 4096:
-        # large sparse models (lattices): one model at a time, for the same reason
-        return jax.lax.map(lambda args: one_model(*args), (flat, keys, x0, betas))
-    return jax.vmap(one_model)(flat, keys, x0, betas)
+    def models(flat, keys, x0, betas):
+        if flat.h.shape[0] == 1:
+            # one model: no vmap over models. Batching the model's own arrays turns the
+            # neighbour gathers of sparse sweeps into batched gathers, measured 10x slower on CPU.
+            one = jax.tree_util.tree_map(lambda a: a[0], (flat, keys, x0, betas))
+            return jax.tree_util.tree_map(lambda a: a[None], one_model(*one))
+        if isinstance(flat, SparseIsingModel) and flat.n * x0.shape[1] >= 4096:
+            # large sparse models (lattices): one model at a time, for the same reason
+            return jax.lax.map(lambda args: one_model(*args), (flat, keys, x0, betas))
+        return jax.vmap(one_model)(flat, keys, x0, betas)
+
+    return map_models(models, split, flat, keys, x0, betas)
 
 
 # ---------------------------------------------------------------------------------------------
