@@ -145,6 +145,22 @@ def add_parser(sub):
     p.add_argument("--force", action="store_true",
                    help="delete the run in --out (its own files only) and start over")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group(
+        "data-parallel and multi-process training",
+        "The state is replicated and every batch split over the devices (--batch a multiple of "
+        "their number); one step equals the one-device step to float rounding. Several "
+        "processes (one per host, or several on one machine) each run this command with the "
+        "same options and an --out every process sees; process 0 writes the run.")
+    g.add_argument("--data-parallel", action="store_true",
+                   help="train on every device of every process")
+    g.add_argument("--distributed", action="store_true",
+                   help=("join JAX's distributed runtime with the cluster detected from the "
+                         "environment (SLURM, Open MPI, Cloud TPU); implies --data-parallel"))
+    g.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                   help="address of process 0 (with --num-processes and --process-id)")
+    g.add_argument("--num-processes", type=int, default=None, help="processes in the run")
+    g.add_argument("--process-id", type=int, default=None,
+                   help="this process's index, 0 .. num-processes - 1")
     p.set_defaults(run=run)
 
 
@@ -185,12 +201,24 @@ def run(args):
 
     if args.resume and args.force:
         raise ValueError("--resume and --force exclude each other")
+    explicit = (args.coordinator_address, args.num_processes, args.process_id)
+    if args.distributed or any(v is not None for v in explicit):
+        from ..experiments import initialize_distributed
+
+        if args.distributed and any(v is not None for v in explicit):
+            raise ValueError("--distributed detects the cluster; it excludes "
+                             "--coordinator-address, --num-processes and --process-id")
+        initialize_distributed(*explicit)  # before anything runs on a device
     config = config_from_args(args)
     out = args.out or default_out(config)
-    print(f"run directory: {out}", file=sys.stderr)
+    import jax
+
+    main = jax.process_index() == 0
+    if main:
+        print(f"run directory: {out}", file=sys.stderr)
     try:
         final = train(config, out, resume=args.resume, force=args.force,
-                      progress=not args.quiet)
+                      progress=not args.quiet, data_parallel=True if args.data_parallel else None)
     except TrainingDiverged as e:
         print(f"isingattn train: {e}", file=sys.stderr)
         return 1
@@ -198,6 +226,8 @@ def run(args):
         print(f"isingattn train: interrupted; continue with --resume --out {out}",
               file=sys.stderr)
         return 130
+    if not main:
+        return 0
     test = final["test"]
     extras = "  ".join(f"{k} {v:.4f}" for k, v in test.items()
                        if k not in ("loss", "metric") and isinstance(v, float) and math.isfinite(v))

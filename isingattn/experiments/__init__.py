@@ -37,6 +37,7 @@ from ._corpora import (
 )
 from ._generate import generate_text
 from ._jsonl import DataFileError, FileTask
+from ._parallel import DataParallel, initialize_distributed
 from ._stats import Interval, mean_interval, paired_difference, slope_interval
 from ._tasks import Batch, PairCopyTask, Task, batch_rng
 from ._train import (
@@ -65,6 +66,7 @@ __all__ = [
     "CharCorpus",
     "CharLMTask",
     "DataFileError",
+    "DataParallel",
     "DocSource",
     "EvalWindows",
     "FileTask",
@@ -87,6 +89,7 @@ __all__ = [
     "evaluate_run",
     "generate",
     "generate_text",
+    "initialize_distributed",
     "load_corpus",
     "load_run",
     "make_optimizer",

@@ -82,16 +82,20 @@ def calibration_description(trainer) -> dict | None:
 class CalibrationLog:
     """``calibration.csv``: one row per measurement, layer, round and head."""
 
-    def __init__(self, path):
+    def __init__(self, path, *, enabled: bool = True):
         self.path = path
+        self.enabled = enabled  # False: a data-parallel run's other processes write nothing
 
     def truncate_from(self, step):
         """Drop rows of ``step`` and later (a resumed run measures them again)."""
         from ._train import keep_steps_below
 
-        keep_steps_below(self.path, CALIBRATION_FIELDS, step)
+        if self.enabled:
+            keep_steps_below(self.path, CALIBRATION_FIELDS, step)
 
     def append(self, records):
+        if not self.enabled:
+            return
         new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
         buf = io.StringIO(newline="")
         w = csv.DictWriter(buf, fieldnames=CALIBRATION_FIELDS, extrasaction="ignore")

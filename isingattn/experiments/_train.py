@@ -199,27 +199,65 @@ def _compiled_steps():
             jax.jit(_eval_step, static_argnums=(0, 1)))
 
 
+@functools.lru_cache(maxsize=8)
+def _parallel_steps(replicated):
+    """:func:`_compiled_steps` with every result replicated on ``replicated``'s mesh (the
+    batch comes split over it)."""
+    import jax
+
+    return (jax.jit(_train_step, static_argnums=0, donate_argnums=1,
+                    out_shardings=replicated),
+            jax.jit(_eval_step, static_argnums=(0, 1), out_shardings=replicated))
+
+
+def check_parallel(config: TrainConfig, parallel) -> None:
+    """Raise ``ValueError`` where ``config`` cannot train data-parallel on ``parallel``: sampled
+    methods draw on the host, one process at a time, and the batch must split over the
+    devices."""
+    if parallel is None:
+        return
+    if config.resolved_method.startswith("sampled:") and parallel.num_devices > 1:
+        raise ValueError(
+            f"method {config.resolved_method!r} cannot train data-parallel: sampled methods draw "
+            "on the host of one process; train it on one device (exact, transfer, mean_field, "
+            "tap and softmax run data-parallel)")
+    parallel.check_rows("batch", config.batch)
+
+
 class Trainer:
     """A model, its optimizer and the compiled train and evaluation steps of one config.
 
     ``length``: the sequence length the model is built for (default the config's; evaluation at
-    another length builds its own :class:`Trainer`).
+    another length builds its own :class:`Trainer`). ``parallel``: a
+    :class:`~isingattn.experiments.DataParallel` to train on several devices or processes (the
+    state replicated, every batch split over the devices); None: the default device.
     """
 
-    def __init__(self, config: TrainConfig, task=None, *, length: int | None = None):
+    def __init__(self, config: TrainConfig, task=None, *, length: int | None = None,
+                 parallel=None):
         import jax
         from flax import nnx
 
+        check_parallel(config, parallel)
         self.config = config
+        self.parallel = parallel
         self.task = task if task is not None else build_task(config)
         self.length = length or config.length
         model = build_model(config, self.task, length=self.length)
         opt = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
         self.graphdef, self.state = nnx.split((model, opt))
         self.num_params = int(sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
-        graph, steps = _Graph(self.graphdef), _compiled_steps()
+        if parallel is None:
+            steps = _compiled_steps()
+        else:
+            self.state = parallel.put_state(self.state)
+            steps = _parallel_steps(parallel.replicated)
+        graph = _Graph(self.graphdef)
         self._train_step = functools.partial(steps[0], graph)
         self._eval_step = functools.partial(steps[1], graph, len(self.task.groups))
+
+    def _rows(self, *arrays):
+        return arrays if self.parallel is None else self.parallel.put_rows(*arrays)
 
     # --- state ----------------------------------------------------------------------------------
     def model(self):
@@ -261,13 +299,15 @@ class Trainer:
         matched = _match_keys(template, pure, allow_new_rngs)
         restored = jax.tree.map(lambda t, x: t if x is t else back(t, x), template, matched)
         nnx.replace_by_pure_dict(self.state, restored)
+        if self.parallel is not None:
+            self.state = self.parallel.put_state(self.state)
 
     # --- steps ----------------------------------------------------------------------------------
     def step(self, batch: Batch):
         """One optimizer step (asynchronous): returns device scalars ``(loss, correct, weight)``
         and the per-parameter finiteness of the gradients."""
         self.state, loss, correct, weight, finite = self._train_step(
-            self.state, batch.inputs, batch.labels, batch.weights)
+            self.state, *self._rows(batch.inputs, batch.labels, batch.weights))
         return loss, correct, weight, finite
 
     def evaluate(self, split: str, num_examples: int | None, *, length: int | None = None,
@@ -279,9 +319,12 @@ class Trainer:
         number of scored characters)."""
         length = length or self.length
         bs = batch_size or self.config.batch
+        if self.parallel is not None:
+            self.parallel.check_rows("batch_size", bs)
         totals = None
         for b in self.task.eval_batches(split, length, bs, num_examples):
-            s = self._eval_step(self.state, b.inputs, b.labels, b.weights, b.groups)
+            s = self._eval_step(self.state, *self._rows(b.inputs, b.labels, b.weights,
+                                                          b.groups))
             s = {k: np.asarray(v, np.float64) for k, v in s.items()}
             totals = s if totals is None else {k: totals[k] + s[k] for k in totals}
         return summarize(self.task, totals)
@@ -421,15 +464,19 @@ class MetricsLog:
     """``metrics.csv``: step, split, loss, metric and the task's extra columns, one row per
     evaluation, appended and flushed as it goes."""
 
-    def __init__(self, path, task):
+    def __init__(self, path, task, *, enabled: bool = True):
         self.path = path
         self.fields = ["step", "split", "loss", "metric"] + metric_names(task)
+        self.enabled = enabled  # False: a data-parallel run's other processes write nothing
 
     def truncate_after(self, step):
         """Drop rows of steps after ``step`` (a resumed run writes them again)."""
-        keep_steps_below(self.path, self.fields, step + 1)
+        if self.enabled:
+            keep_steps_below(self.path, self.fields, step + 1)
 
     def append(self, step, split, metrics):
+        if not self.enabled:
+            return
         new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
         buf = io.StringIO(newline="")
         w = csv.DictWriter(buf, fieldnames=self.fields, extrasaction="ignore")
@@ -506,7 +553,7 @@ def _progress(total, initial, enabled):
 
 
 def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = False,
-          progress: bool = True, callback=None) -> dict:
+          progress: bool = True, callback=None, data_parallel=None) -> dict:
     """Train ``config`` into the run directory ``out``; returns the contents of ``final.json``.
 
     ``resume``: continue the run in ``out`` from its newest checkpoint (the config must match,
@@ -517,6 +564,11 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     ``progress``: a tqdm bar with the training loss and the latest validation metric.
     ``callback(step, row)``: called after each evaluation with the split's metrics (a
     ``KeyboardInterrupt`` raised there stops the run as an interruption would).
+    ``data_parallel``: True trains on every device of every process (state replicated, each
+    batch split over the devices: :class:`~isingattn.experiments.DataParallel`, or pass one);
+    None (default) does so when JAX runs several processes (:func:`initialize_distributed`).
+    Every process calls ``train`` with the same arguments and ``out`` on a filesystem they all
+    see; only process 0 writes, and all return the same dict.
 
     Raises :class:`TrainingDiverged` when a loss or gradient becomes non-finite (the message
     names the step and the parameters; the last checkpoint is kept).
@@ -526,9 +578,15 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     if task.max_length() is not None and config.length < task.max_length():
         task.train_batch(np.random.default_rng(0), 1, config.length)  # raises, naming the line
     check_method(config)  # a backend that cannot run (options, credentials, context) stops here
+    parallel = resolve_parallel(data_parallel)
+    check_parallel(config, parallel)
+    main = parallel is None or parallel.is_main
     status = run_status(out)
+    if parallel is not None:
+        same_status(parallel, out, status)
     if status != "empty" and force:
-        _clear_run(out)
+        if main:
+            _clear_run(out)
         status = "empty"  # files that are not the run's stay where they are
     if status == "foreign":
         raise RunDirectoryError(
@@ -553,10 +611,11 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
         if status == "finished":
             return _read_json(os.path.join(out, "final.json"))
 
-    os.makedirs(out, exist_ok=True)
-    trainer = Trainer(config, task)
-    log = MetricsLog(os.path.join(out, "metrics.csv"), task)
-    cal_log = CalibrationLog(os.path.join(out, "calibration.csv"))
+    if main:
+        os.makedirs(out, exist_ok=True)
+    trainer = Trainer(config, task, parallel=parallel)
+    log = MetricsLog(os.path.join(out, "metrics.csv"), task, enabled=main)
+    cal_log = CalibrationLog(os.path.join(out, "calibration.csv"), enabled=main)
     cal_every = config.calibration_every
     start, clock = 0, {"wall": 0.0, "train": 0.0, "timed_steps": 0, "compile": None,
                        "acc": [0.0, 0.0, 0.0, 0]}
@@ -573,10 +632,13 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
         calibration = calibration_description(trainer)
         if calibration is not None:
             record["calibration"] = calibration
-        _write_json(config_path, record)
-        save_checkpoint(out, 0, trainer, clock, config.keep_checkpoints)
+        if parallel is not None:
+            record["data_parallel"] = parallel.describe()
+        if main:
+            _write_json(config_path, record)
+            save_checkpoint(out, 0, trainer, clock, config.keep_checkpoints)
 
-    bar = _progress(config.steps, start, progress)
+    bar = _progress(config.steps, start, progress and main)
     t_session = time.perf_counter()
     wall0 = clock["wall"]
     acc = clock["acc"]  # train loss sum, correct, weight, steps since the last evaluation
@@ -629,7 +691,8 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
             if done % config.checkpoint_every == 0 or done == config.steps:
                 clock["acc"] = acc
                 clock["wall"] = wall0 + time.perf_counter() - t_session
-                save_checkpoint(out, done, trainer, clock, config.keep_checkpoints)
+                if main:
+                    save_checkpoint(out, done, trainer, clock, config.keep_checkpoints)
     finally:
         if bar is not None:
             bar.close()
@@ -652,8 +715,52 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     qpu = qpu_summary(config)
     if qpu is not None:
         final["qpu"] = qpu
-    _write_json(os.path.join(out, "final.json"), final)
+    if main:
+        _write_json(os.path.join(out, "final.json"), final)
     return final
+
+
+def resolve_parallel(data_parallel):
+    """The :class:`DataParallel` of ``train(data_parallel=...)``: an instance as it is, True for
+    every device of every process, None for that when JAX runs several processes; False: none
+    (refused with several processes, which would each train the whole model alone)."""
+    import jax
+
+    from ._parallel import DataParallel
+
+    if isinstance(data_parallel, DataParallel):
+        return data_parallel
+    if data_parallel not in (None, True, False):
+        raise TypeError(f"data_parallel must be None, True, False or a DataParallel; got "
+                        f"{data_parallel!r}")
+    several = jax.process_count() > 1
+    if data_parallel is False and several:
+        raise ValueError(f"data_parallel=False with {jax.process_count()} JAX processes: each "
+                         "would train alone into the same run directory; use True or None")
+    return DataParallel() if (data_parallel or several) else None
+
+
+#: Codes of :func:`run_status` exchanged between processes.
+_STATUS_CODES = ("empty", "finished", "unfinished", "foreign")
+
+
+def same_status(parallel, out, status):
+    """Raise :class:`RunDirectoryError` on every process unless all see ``out`` alike (a run
+    directory on a filesystem that not every process sees would have them resume differently).
+    """
+    import jax
+
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    codes = np.asarray(multihost_utils.process_allgather(
+        np.array([_STATUS_CODES.index(status)], np.int32))).reshape(-1)
+    if len(set(codes.tolist())) > 1:
+        seen = ", ".join(f"process {i}: {_STATUS_CODES[c]}" for i, c in enumerate(codes))
+        raise RunDirectoryError(
+            f"the processes see --out {out!r} differently ({seen}); put the run directory on a "
+            "filesystem that every process sees")
 
 
 def _all_true(tree) -> bool:
