@@ -1,0 +1,41 @@
+"""The top-level package: ``import isingattn`` shows the whole library (every subpackage and
+the most used names) without importing Flax, matplotlib or numpyro until they are used."""
+
+import subprocess
+import sys
+
+import pytest
+
+import isingattn
+
+_FRESH = """
+import sys
+import isingattn
+heavy = sorted(m for m in ("flax", "matplotlib", "numpyro", "optax", "arviz") if m in sys.modules)
+assert not heavy, heavy
+isingattn.BoltzmannMultiHeadAttention
+assert "flax" in sys.modules
+print("ok")
+"""
+
+
+def test_import_loads_no_heavy_dependency_until_used():
+    proc = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_every_public_name_resolves_to_its_subpackage_object():
+    import importlib
+
+    for name in isingattn.__all__:
+        obj = getattr(isingattn, name)
+        if name in isingattn._LAZY_NAMES:
+            sub = importlib.import_module(f"isingattn.{isingattn._LAZY_NAMES[name]}")
+            assert obj is getattr(sub, name), name
+    for sub in ("attention", "diagnostics", "experiments", "probabilistic", "quantum",
+                "exact", "models", "samplers"):
+        assert getattr(isingattn, sub) is importlib.import_module(f"isingattn.{sub}")
+    assert set(isingattn.__all__) <= set(dir(isingattn))
+    with pytest.raises(AttributeError, match="module 'isingattn' has no attribute 'nope'"):
+        isingattn.nope  # noqa: B018
