@@ -4,7 +4,7 @@
 Workload (float32): B = 8, T = S = 512, N = 4 heads, H = 32, learned banded couplings r = 8 by
 ``transfer``; ``jit`` of ``grad`` of a scalar loss with respect to query, key, value and the
 couplings. With ``D`` devices the batch is sharded over an ``Auto`` mesh axis (the transfer
-kernel is partitioned per device, no all-gather). Each device count runs in its own process
+kernel and its gradient are partitioned per device, no all-gather). Each device count runs in its own process
 (``--xla_force_host_platform_device_count=D``; on this machine the "devices" share the same
 cores, so the ratio measures the overhead of partitioning, not a speed-up). Reported: compile
 time, the median of ``--repeats`` steps, the ratio to one device, XLA's planned memory per

@@ -737,11 +737,72 @@ def _native_fwd(a, c, r, coupling_grad):
 
 def _native_bwd(r, coupling_grad, res, g):
     a, c = res
+    if a.ndim == 3 and jax.device_count() > 1 and not _vma._manual_axes():
+        # under jit with sharded inputs: each device differentiates its own chains
+        return _partitioned_bwd(r, coupling_grad)(a, c, g)
+    return _tiled_bwd(r, coupling_grad, a, c, g)
+
+
+def _tiled_bwd(r, coupling_grad, a, c, g):
+    """:func:`_core_bwd` of chains ``a`` ``(..., N, S)`` with upstream ``g``: ``(da, dc)``."""
     K = min(BLOCK, r)
     x, untile = _tiles(a, K)
     gx, _ = _tiles(g, K, fill=0.0)
     da, dc = _core_bwd(r, coupling_grad, (x, c), gx)
     return untile(da), dc
+
+
+@functools.cache
+def _partitioned_bwd(r, coupling_grad):
+    """:func:`_tiled_bwd` of ``(Q, N, S)`` chains as a ``custom_partitioning`` op: XLA splits
+    the chains axis over the devices it is sharded on, each device runs the VJP on its own
+    chains and the couplings' gradient is summed over them (without it the tile loop's slices
+    of the sharded tiles gather the whole batch onto every device). Under ``vmap`` it runs once
+    per mapped element (each has its own couplings' gradient)."""
+    from jax.custom_batching import custom_vmap
+    from jax.experimental.custom_partitioning import custom_partitioning
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    run = functools.partial(_tiled_bwd, r, coupling_grad)
+    op = custom_partitioning(run)
+
+    def chains_axis(arg_shapes):
+        spec = getattr(arg_shapes[0].sharding, "spec", None)
+        return spec[0] if spec else None
+
+    def shardings(mesh, axis):
+        rows = NamedSharding(mesh, P(axis, None, None))
+        return rows, NamedSharding(mesh, P(None, None))
+
+    def infer(mesh, arg_shapes, result_shape):
+        return shardings(mesh, chains_axis(arg_shapes))
+
+    def partition(mesh, arg_shapes, result_shape):
+        axis = chains_axis(arg_shapes)
+        rows, whole = shardings(mesh, axis)
+
+        def lower(a, c, g):
+            da, dc = run(a, c, g)
+            return da, (dc if axis is None else jax.lax.psum(dc, axis))
+
+        return mesh, lower, (rows, whole), (rows, whole, rows)
+
+    op.def_partition(partition, infer_sharding_from_operands=infer,
+                     sharding_rule="q n s, n r, q n s -> q n s, n r",
+                     need_replication_factors=("n", "s", "r"))
+
+    @custom_vmap
+    def f(a, c, g):
+        return op(a, c, g)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, a, c, g):
+        args = [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+                for x, b in zip((a, c, g), in_batched)]
+        return jax.lax.map(lambda x: f(*x), tuple(args)), (True, True)
+
+    return f
 
 
 _native_core.defvjp(_native_fwd, _native_bwd)

@@ -2,7 +2,8 @@
 gradients of every deterministic method over a batch split across devices equal those of the
 whole batch on one device (shared couplings get the sum of the shards' gradients), and the
 compiled program gathers nothing; and under plain ``jit`` with the batch sharded on an Auto mesh
-axis, the transfer kernel runs on each device's chains (no all-gather), also under ``vmap``. Runs in a subprocess with 2 host CPU devices
+axis, the transfer kernel and its gradient run on each device's chains (no all-gather, also with
+several query tiles per device), also under ``vmap``. Runs in a subprocess with 2 host CPU devices
 (``--xla_force_host_platform_device_count``, which must be set before JAX starts)."""
 
 import subprocess
@@ -79,6 +80,22 @@ SCRIPT = textwrap.dedent('''
     # the partitioned kernel under vmap (a mapped axis joins the chains)
     many = jax.jit(jax.vmap(lambda q: loss(q, k, w)))(jnp.stack([q, 2 * q]))
     np.testing.assert_allclose(many, [ref_val, loss(2 * q, k, w)], rtol=1e-5)
+    # several query tiles per device (512 chains): the gradient's tile loop runs on each
+    # device's own tiles (a partitioned VJP: no gather of the batch), couplings' gradient summed
+    q2 = jax.random.normal(jax.random.key(5), (4, 256, 1, 4))
+    c2 = Couplings.learned(1, "banded", bandwidth=3)
+    w2 = jnp.array([[0.3, -0.2, 0.1]])
+
+    def loss2(q, w):
+        out = boltzmann_attention(q, q, q, couplings=c2.replace(w), method="transfer",
+                                  is_causal=True)
+        return jnp.sum(out ** 2)
+
+    g2 = jax.jit(jax.grad(loss2, argnums=(0, 1)))
+    args2 = (jax.device_put(q2, NamedSharding(auto, P("data"))), w2)
+    assert "all-gather" not in g2.lower(*args2).compile().as_text()
+    for a, b in zip(g2(*args2), jax.grad(loss2, argnums=(0, 1))(q2, w2)):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-5)
     print("auto", "ok")
 
     # Explicit mesh axes (jax.make_mesh's default): exact and softmax run; the others say so
@@ -105,3 +122,63 @@ def test_gradients_inside_shard_map_with_default_checks_equal_one_device():
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.stdout.split() == ["exact", "ok", "transfer", "ok", "transfer-strong", "ok",
                                   "mean_field", "ok", "tap", "ok", "auto", "ok", "explicit", "ok"]
+
+
+EIGHT = textwrap.dedent('''
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from isingattn.attention import Couplings, boltzmann_attention
+    from isingattn.models import random_dense
+    from isingattn.samplers import GibbsSampler
+
+    assert jax.device_count() == 8
+    q = jax.random.normal(jax.random.key(0), (8, 24, 2, 4))
+    for method, c, w in [("transfer", Couplings.learned(2, "banded", bandwidth=3),
+                          jnp.full((2, 3), 0.3)),
+                         ("mean_field", Couplings.learned(2, "relative", max_distance=23),
+                          jnp.full((2, 23), 0.05))]:
+        def loss(q, w):
+            out = boltzmann_attention(q, q, q, couplings=c.replace(w), method=method,
+                                      is_causal=True)
+            return jnp.sum(out ** 2)
+
+        ref = jax.grad(loss, argnums=(0, 1))(q, w)
+        mesh = jax.make_mesh((8,), ("data",))
+        # (shared couplings get the sum of the shards' gradients from the layer itself)
+        inside = jax.jit(jax.shard_map(jax.grad(loss, argnums=(0, 1)), mesh=mesh,
+                                       in_specs=(P("data"), P()), out_specs=(P("data"), P())))
+        auto = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+        plain = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        for f, m in ((inside, mesh), (plain, auto)):
+            args = (jax.device_put(q, NamedSharding(m, P("data"))), w)
+            if method == "transfer" or f is inside:
+                assert "all-gather" not in f.lower(*args).compile().as_text(), method
+            for a, b in zip(f(*args), ref):
+                np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-5, err_msg=method)
+        print(method, "ok")
+
+    models = random_dense(jax.random.key(1), 6, batch_shape=(8,), beta=0.5)
+    mesh = jax.make_mesh((8,), ("data",))
+    split = jax.tree.map(lambda x: jax.device_put(x, NamedSharding(
+        mesh, P("data") if np.ndim(x) and np.shape(x)[0] == 8 else P())), models)
+    one = GibbsSampler().sample(models, jax.random.key(2), 4, num_chains=2)
+    eight = GibbsSampler().sample(split, jax.random.key(2), 4, num_chains=2)
+    np.testing.assert_array_equal(np.asarray(eight.spins), np.asarray(one.spins))
+    assert len(eight.spins.sharding.device_set) == 8
+    print("gibbs", "ok")
+''')
+
+
+def test_eight_devices_gradients_and_samples_equal_one_device():
+    """The same on 8 host devices: transfer and mean-field gradients inside ``shard_map`` and
+    under plain ``jit`` (transfer: no gather either way), and a Gibbs sample of a batch of 8
+    models split over the devices."""
+    run = subprocess.run([sys.executable, "-c", EIGHT], capture_output=True, text=True,
+                         check=False, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.stdout.split() == ["transfer", "ok", "mean_field", "ok", "gibbs", "ok"]
