@@ -18,7 +18,8 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   step (a pass over the messages per block saved; forward-backward 8% faster). No
   ``exp``/``log`` runs per state. It covers heads with ``sum_d |c_nd| <=`` :func:`_fast_limit`
   (float32: 20, float64: 160); beyond, a factor or a message entry that matters later
-  leaves the exponent range.
+  leaves the exponent range. The hand-written gradient's derivative messages need more room:
+  it covers ``sum_d |c_nd| <=`` :func:`_grad_limit` (18, 144).
 * **A log-domain path for the other heads** (:func:`_log_marginals_tile`), chosen per head at
   run time: log messages, log-sum-exp over the oldest key, re-centred at every step, with the
   same shifts as the probability-space factors (the larger branch of a step is 0), so nothing
@@ -57,9 +58,6 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   Both the field and the coupling gradient come from one joint per key: the window before
   key ``k`` together with ``s_k = 1``, whose covariance with ``G`` summed over windows is
   ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
-* **Longer blocks for the learned gradient** (:data:`VJP_BLOCK` keys, where the couplings'
-  range allows, :func:`_core_bwd`): its windows are recomputed inside a block, so its blocks
-  need not fit in a window; fewer block ends, where the lanes wait for each other.
 * **Causal packing** (:func:`transfer_inference`): under a causal mask rows ``t`` and
   ``T - 1 - t`` share one chain.
 * **A compiled forward pass on the CPU** (:mod:`._native`, ``backend="auto"`` of
@@ -87,16 +85,6 @@ from . import _native
 BLOCK = 8
 #: Queries processed together (the last, contiguous axis of every message array).
 TILE_QUERIES = 128
-#: Keys per block of the learned-couplings gradient, when the couplings' range allows
-#: (``max_n sum_d |c_nd| <= 20 * BLOCK / VJP_BLOCK`` in float32). Its windows inside a block are
-#: recomputed, not read out at the block's end, so its blocks need not fit in a window (``<= r``).
-#: Longer blocks mean fewer renormalizations and loop iterations, whose reductions are the points
-#: where the two lanes wait for each other (see :func:`_core_bwd`).
-VJP_BLOCK = 16
-#: Smallest range ``r`` that gets :data:`VJP_BLOCK`: with ``2^r < 64`` states a step is cheap,
-#: the gain small (r = 2: 9%, 4: 11%; r = 6: 18%, 8: 19%) and the extra compilation (~6 s on
-#: the T = 512 workload) not worth it.
-VJP_BLOCK_MIN_RANGE = 6
 #: Independent lanes of queries per tile. Their recursions share one loop body, so XLA's CPU
 #: runtime runs them concurrently (one recursion alone is a chain of dependent steps).
 LANES = 2
@@ -441,8 +429,13 @@ def _fast_limit(dtype):
     return 20.0 * math.log(float(jnp.finfo(dtype).max)) / math.log(float(jnp.finfo("float32").max))
 
 
-def _coupling_range(c):
-    return jnp.max(jnp.sum(jnp.abs(c), axis=-1))
+def _grad_limit(dtype):
+    """The largest ``max_n sum_d |c_nd|`` of a head whose gradient :func:`_vjp_tile` computes in
+    probability space: its derivative messages carry sums of ``g`` over keys on top of the
+    messages, which leaves float32's range near 19.3 (``g`` normalized; measured with strong
+    fields); 18 keeps a margin (float64: 144). Heads between it and :func:`_fast_limit` are
+    differentiated through the log-domain path."""
+    return 0.9 * _fast_limit(dtype)
 
 
 def _strong_heads(c, dtype):
@@ -588,17 +581,6 @@ def _log_partition_log_tile(a, c, feat):
     return _lse(alpha, 1) + jnp.sum(shifts, axis=0) + jnp.sum(up, axis=(0, 1))
 
 
-def _reblock(x, K, fill):
-    """Keys of a tiled array ``(nt, nb, K0, ...)`` regrouped in blocks of ``K``:
-    ``(nt, ceil(nb K0 / K), K, ...)``, the last block padded with ``fill``."""
-    nt, nb, K0 = x.shape[:3]
-    n = nb * K0
-    m = -(-n // K)
-    x = x.reshape(nt, n, *x.shape[3:])
-    x = jnp.pad(x, ((0, 0), (0, m * K - n)) + ((0, 0),) * (x.ndim - 2), constant_values=fill)
-    return x.reshape(nt, m, K, *x.shape[2:])
-
-
 def _map_tiles(fn, a, c, *rest):
     """``fn(tile, c, *rest_tile)`` on every tile (leading axis) of ``a`` and ``rest``, in turn."""
     return jax.lax.map(lambda x: fn(x[0], c, *x[1:]), (a, *rest))
@@ -621,65 +603,62 @@ def _core_fwd(a, c, r, coupling_grad):
 
 def _core_bwd(r, coupling_grad, res, g):
     """The VJP. Weak heads: the hand-written one (:func:`_vjp_tile`), on couplings with the
-    strong heads' set to 0; strong heads (only when there are some): JAX autodiff of the
-    log-domain marginals (:func:`_log_marginals_tile`, whose output the strong heads' ``g``
-    belongs to), selected per head.
+    other heads' set to 0; the others (only when there are some): JAX autodiff of the
+    log-domain marginals (:func:`_log_marginals_tile`), selected per head — for the strong
+    heads those logarithms are the forward pass's output (whose ``g`` this is), for the heads
+    between :func:`_grad_limit` and :func:`_fast_limit` (probability space in the forward pass,
+    out of the hand-written VJP's exponent range) their exponentials.
 
-    Frozen couplings: the field part alone, in the forward pass's blocks (its readout needs
-    blocks of at most ``r`` keys). Learned couplings: blocks of :data:`VJP_BLOCK` keys when the
-    couplings' range allows (keys regrouped, the last block padded with held keys), else the
-    forward pass's. Measured on the 2048 chains per head of ``bench_attention.py``'s T = 512
-    workload (r = 8, 2 cores): 2.90 s with blocks of 8 keys, 2.45 s with 16, 2.28 s with 32 (4:
-    3.58 s; 2: 5.19 s). The kernels' total time hardly changes (a profile of 512 chains per
-    head: 1.18 s of CPU time with 8-key blocks, 1.12 s with 32, for 0.73 and 0.60 s of wall
-    time); the two cores are busier: each block ends in reductions (renormalization, ``E[G]``)
-    at which the two lanes wait for each other. 16 keeps the range at half the 8-key path's
-    (float32: 10) and costs about 6 s more compilation on that workload (32: about 10 s); only
-    ranges ``r >=`` :data:`VJP_BLOCK_MIN_RANGE` use it."""
+    Frozen couplings: the field part alone (no pair statistics). Both run in the forward
+    pass's blocks (its readout needs blocks of at most ``r`` keys)."""
     a, c = res
     feat = _window_features(r, a.dtype)
     strong = _strong_heads(c, a.dtype)
-    cw = _weak(c, strong)
+    edge = jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _grad_limit(a.dtype)) & ~strong
+    # the VJP is linear in g: run it on g / max|g| per head (the derivative messages grow with
+    # g's scale, which the exponent range must not depend on; per head, so that no head's
+    # numbers depend on another's) and scale the results back
+    scale = jax.lax.stop_gradient(jnp.max(jnp.abs(g), axis=(0, 1, 2, 4), keepdims=True))
+    scale = jnp.where(scale > 0, scale, 1.0).astype(g.dtype)
+    da, dc = _core_bwd_unit(feat, strong, edge, coupling_grad, a, c, g / scale)
+    if not coupling_grad:
+        return da * scale, dc
+    # inside shard_map, shared couplings get the sum of every shard's gradient
+    return _vma.sum_like((da * scale, dc * scale.reshape(-1, 1)), res)
+
+
+def _core_bwd_unit(feat, strong, edge, coupling_grad, a, c, g):
+    """:func:`_core_bwd` for an upstream ``g`` with ``max |g| <= 1``."""
+    other = strong | edge
+    cw = _weak(c, other)
+
+    def values(x, c):  # what the forward pass returned on the other heads
+        lm = _log_marginals_tile(x, c, feat)
+        return jnp.where(strong[:, None], lm, jnp.exp(lm))
+
     if not coupling_grad:  # the caller holds c constant (see banded_chain_marginals)
         da = _map_tiles(lambda x, c, gx: _vjp_tile(x, c, feat, gx, pairs=False)[0], a, cw, g)
 
-        def strong_da():
+        def other_da():
             def tile(x, c, gx):
-                out, pullback = jax.vjp(lambda x: _log_marginals_tile(x, c, feat), x)
+                out, pullback = jax.vjp(lambda x: values(x, c), x)
                 return pullback(_vma.like(gx, out))[0]
 
             return _map_tiles(tile, a, c, g)
 
-        return _with_strong(da, strong, strong_da), jnp.zeros_like(c)
+        return _with_strong(da, other, other_da), jnp.zeros_like(c)
 
-    def vjp(x, c, gx):
-        return _vjp_tile(x, c, feat, gx)
+    da, dc = _map_tiles(lambda x, c, gx: _vjp_tile(x, c, feat, gx), a, cw, g)
 
-    def blocks(a, g):
-        return _map_tiles(vjp, a, cw, g)
-
-    nb, K = a.shape[1:3]
-    if r >= VJP_BLOCK_MIN_RANGE and K < VJP_BLOCK <= nb * K:  # where the range allows them
-        def long(a, g):
-            da, dc = _map_tiles(vjp, _reblock(a, VJP_BLOCK, -jnp.inf), cw,
-                                _reblock(g, VJP_BLOCK, 0.0))
-            return _reblock(da, K, 0.0)[:, :nb], dc
-
-        fits = _coupling_range(cw) <= _fast_limit(a.dtype) * BLOCK / VJP_BLOCK
-        da, dc = jax.lax.cond(fits, long, blocks, a, g)
-    else:
-        da, dc = blocks(a, g)
-
-    def strong_grads():
+    def other_grads():
         def tile(x, c, gx):
-            out, pullback = jax.vjp(lambda x, c: _log_marginals_tile(x, c, feat), x, c)
+            out, pullback = jax.vjp(values, x, c)
             return pullback(_vma.like(gx, out))
 
         da, dc = _map_tiles(tile, a, c, g)
         return da, jnp.sum(dc, axis=0)
 
-    # inside shard_map, shared couplings get the sum of every shard's gradient
-    return _vma.sum_like(_with_strong((da, jnp.sum(dc, axis=0)), strong, strong_grads), res)
+    return _with_strong((da, jnp.sum(dc, axis=0)), other, other_grads)
 
 
 _banded_core.defvjp(_core_fwd, _core_bwd)
@@ -860,7 +839,8 @@ def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
 
     Heads with ``sum_d |c_nd| <= 20`` (float32; float64: 160) run in probability space, fast;
     the others in the log domain (slower; see ``docs/guide/transfer.md``), chosen per head at
-    run time, so one strong head changes neither the results nor the path of the others.
+    run time, so one strong head changes neither the results nor the path of the others. The
+    gradient takes the log-domain path from 18 (float64: 144).
 
     ``coupling_grad=False`` holds ``c`` constant (``stop_gradient``): the gradient then needs
     no pair statistics and no recomputation inside blocks, and costs about half as much.
