@@ -189,25 +189,16 @@ def _eval_step(graph, num_groups, state, inputs, labels, weights, groups):
 
 
 @functools.cache
-def _compiled_steps():
+def _compiled_steps(replicated=None):
     """The jitted train and evaluation steps, the model's graph static: every :class:`Trainer`
     of one model and optimizer (another seed, a resumed run, a re-evaluation) shares one
-    compiled program."""
+    compiled program. ``replicated``: a sharding every result is placed on (data-parallel
+    training: the batch comes split over its mesh)."""
     import jax
 
-    return (jax.jit(_train_step, static_argnums=0, donate_argnums=1),
-            jax.jit(_eval_step, static_argnums=(0, 1)))
-
-
-@functools.lru_cache(maxsize=8)
-def _parallel_steps(replicated):
-    """:func:`_compiled_steps` with every result replicated on ``replicated``'s mesh (the
-    batch comes split over it)."""
-    import jax
-
-    return (jax.jit(_train_step, static_argnums=0, donate_argnums=1,
-                    out_shardings=replicated),
-            jax.jit(_eval_step, static_argnums=(0, 1), out_shardings=replicated))
+    out = {} if replicated is None else {"out_shardings": replicated}
+    return (jax.jit(_train_step, static_argnums=0, donate_argnums=1, **out),
+            jax.jit(_eval_step, static_argnums=(0, 1), **out))
 
 
 def check_parallel(config: TrainConfig, parallel) -> None:
@@ -247,11 +238,9 @@ class Trainer:
         opt = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
         self.graphdef, self.state = nnx.split((model, opt))
         self.num_params = int(sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
-        if parallel is None:
-            steps = _compiled_steps()
-        else:
+        if parallel is not None:
             self.state = parallel.put_state(self.state)
-            steps = _parallel_steps(parallel.replicated)
+        steps = _compiled_steps(None if parallel is None else parallel.replicated)
         graph = _Graph(self.graphdef)
         self._train_step = functools.partial(steps[0], graph)
         self._eval_step = functools.partial(steps[1], graph, len(self.task.groups))
