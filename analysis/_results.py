@@ -22,6 +22,8 @@ import json
 import os
 import sys
 
+from isingattn._io import atomic_write, write_json
+
 
 def _jsonable(settings):
     return json.loads(json.dumps(settings))
@@ -66,10 +68,7 @@ class ResultsTable:
                 raise SystemExit(
                     f"{path} holds points measured with other settings ({shown}); resuming "
                     "would mix them in one table: use --fresh, or another --out")
-        tmp = self.settings_path + ".tmp"
-        with open(tmp, "w") as f:  # atomically: a cut write never leaves half a settings file
-            json.dump(settings, f, indent=2)
-        os.replace(tmp, self.settings_path)
+        write_json(self.settings_path, settings)  # a cut write never leaves half a file
 
     def _read_settings(self):
         """The settings the rows were measured with, or ``SystemExit`` saying why not."""
@@ -180,10 +179,9 @@ class ResultsTable:
 
     def rewrite(self, rows):
         """Replace the whole table (e.g. rows recomputed from saved raw data), atomically."""
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=self.fields)
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, self.path)
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=self.fields)
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write(self.path, buf.getvalue())
         self.rows = list(rows)

@@ -9,6 +9,8 @@ import json
 import math
 import os
 
+from isingattn._io import to_jsonable
+from isingattn._io import write_json as _write_json
 from isingattn.experiments import RunDirectoryError, train
 from isingattn.experiments._train import run_status
 
@@ -67,15 +69,12 @@ def open_sweep(args, presets, csv_name, fields, key, parse, *, settings=None, ph
 def jsonable(x):
     """``x`` with named tuples as dicts, tuples as lists, dict keys as strings and non-finite
     floats as None (JSON has no NaN)."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return {k: jsonable(v) for k, v in zip(x._fields, x)}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    return to_jsonable(x, nonfinite="null")
+
+
+def write_json(path, data):
+    """``data`` as JSON (one-space indent), atomically."""
+    _write_json(path, data, indent=1)
 
 
 def ablation_differences(sweep, axis, metric):
@@ -133,13 +132,6 @@ def run_point(config, run_dir, *, progress=False):
     except RunDirectoryError as e:
         raise SystemExit(f"{e}\n(the sweep's protocol changed since this run was made: move "
                          "the runs folder aside or use --fresh)") from None
-
-
-def write_json(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
 
 
 def read_json(path, default=None):

@@ -191,10 +191,10 @@ def config_of(p: Point, P) -> TrainConfig:
     opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in src.options}
     extra = {}
     if src.sampled:
-        extra = dict(num_samples=p.num_samples, backend_options=opts, calibrate=src.calibrate,
-                     calibrate_every=P["calibrate_every"],
-                     calibrate_probes=P["calibrate_probes"],
-                     calibrate_samples=P["calibrate_samples"])
+        extra = {"num_samples": p.num_samples, "backend_options": opts,
+                 "calibrate": src.calibrate, "calibrate_every": P["calibrate_every"],
+                 "calibrate_probes": P["calibrate_probes"],
+                 "calibrate_samples": P["calibrate_samples"]}
     task = {"task": p.task}
     if p.task == "bracket":
         task.update(bracket_variant="match", bracket_types=P["bracket_types"])
@@ -374,11 +374,11 @@ def _f(x, d=3):
 def markdown(S, P):
     lines = []
     for task, cells in S["tasks"].items():
-        lines += [f"### {task} (L = {P['tasks'][task]}): test accuracy, mean ± 95% t-interval "
-                  "over seeds", "",
-                  "| source | M | seeds | acc (training sampler) | acc (exact inference) | "
-                  "gap to exact (sampler) | gap to exact (exact inf.) | γ_h first | γ_h last | "
-                  "γ_J last | s/step |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [(f"### {task} (L = {P['tasks'][task]}): test accuracy, mean ± 95% t-interval "
+                   "over seeds"), "",
+                  ("| source | M | seeds | acc (training sampler) | acc (exact inference) | "
+                   "gap to exact (sampler) | gap to exact (exact inf.) | γ_h first | γ_h last | "
+                   "γ_J last | s/step |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in cells:
             lines.append(
                 f"| {c['source']} | {c['num_samples'] or '–'} | {len(c['seeds'])} | "

@@ -64,6 +64,13 @@ def normalize_key(key, name: str = "key"):
     )
 
 
+def check_key(key):
+    """Return ``key`` as a typed JAX PRNG key: typed keys pass, raw ``jax.random.PRNGKey`` data
+    is wrapped; anything else is a clear ``TypeError`` (:func:`normalize_key` with the
+    parameter named ``key``)."""
+    return normalize_key(key)
+
+
 @functools.cache
 def _raw_key_shape_of(impl: str) -> tuple[int, ...]:
     return tuple(jax.random.key_data(jax.random.key(0)).shape)
@@ -90,3 +97,17 @@ def check_beta(beta) -> None:
     arr = np.asarray(beta)
     if arr.size and not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
         raise ValueError(f"beta must be finite and > 0; got {arr if arr.ndim else float(arr)}")
+
+
+def check_choice(name: str, value, choices):
+    """Return ``value`` if it is one of ``choices``; otherwise raise ``ValueError`` naming
+    ``name``, the valid values and the value given (a bool is not taken for 0 or 1)."""
+    try:
+        ok = value in choices
+    except (TypeError, ValueError):  # unhashable, or an array
+        ok = False
+    if ok and isinstance(value, bool):
+        ok = any(c is value for c in choices)
+    if not ok:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value

@@ -13,7 +13,7 @@ import numpy as np
 from flax import nnx
 from flax.nnx.nn import dtypes as _nnx_dtypes
 
-from .._validation import check_beta, is_concrete, normalize_key, shape_str
+from .._validation import check_beta, check_choice, is_concrete, normalize_key, shape_str
 from ._couplings import Couplings
 from ._function import READOUTS, boltzmann_attention, dropout_weights
 from ._methods import Sampled, resolve_method
@@ -98,10 +98,7 @@ class BoltzmannAttentionFn(nnx.Module):
 
     def __init__(self, couplings=None, *, method="exact", readout="marginal", beta=1.0,
                  chemical_potential=0.0, rng=None, rngs=None):
-        if readout not in READOUTS:
-            raise ValueError(
-                f"readout must be one of {', '.join(map(repr, READOUTS))}; got {readout!r}"
-            )
+        check_choice("readout", readout, READOUTS)
         if couplings is not None and not isinstance(couplings, Couplings):
             raise TypeError(
                 "couplings must be a Couplings object (e.g. Couplings.fixed(...), "

@@ -79,6 +79,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _vma
+from .._validation import check_choice
 from . import _native
 
 #: Steps between exact renormalizations of the messages (and the checkpoint spacing).
@@ -793,9 +794,7 @@ BACKENDS = ("auto", "numba", "jax")
 
 
 def _use_native(backend):
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; "
-                         f"got {backend!r}")
+    check_choice("backend", backend, BACKENDS)
     if backend == "auto":
         return _native.available()
     if backend == "numba" and not _native.available():

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import check_choice, check_positive_int
 
 #: Calibration modes (``Calibration.mode``; ``TrainConfig.calibrate``).
 CALIBRATION_MODES = ("formula", "measured")
@@ -72,9 +72,7 @@ class Calibration:
     rounds: int = 2
 
     def __post_init__(self):
-        if self.mode not in CALIBRATION_MODES:
-            raise ValueError(f"calibration mode must be one of "
-                             f"{', '.join(map(repr, CALIBRATION_MODES))}; got {self.mode!r}")
+        check_choice("calibration mode", self.mode, CALIBRATION_MODES)
         check_positive_int("every", self.every)
         check_positive_int("probes", self.probes)
         check_positive_int("num_samples", self.num_samples, 2)
@@ -294,7 +292,7 @@ def measure(problem, key, *, scales=None, probes=8, num_samples=1024) -> list[di
     mask = np.asarray(problem["mask"])
     J = np.asarray(problem["J"], np.float64)
     beta = float(np.asarray(problem["beta"]))
-    B, N, T, S = h.shape
+    B, N, _, S = h.shape
     if S > MAX_PROBE_KEYS:
         raise ValueError(f"measuring a sampler's effective temperatures enumerates the 2^S "
                          f"patterns of its probe models: S <= {MAX_PROBE_KEYS} keys; got S = {S}")

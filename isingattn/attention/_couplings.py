@@ -25,7 +25,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from .._validation import check_positive_int, shape_str
+from .._validation import check_choice, check_positive_int, shape_str
 
 KINDS = ("none", "fixed", "random", "learned")
 STRUCTURES = ("full", "relative", "banded")
@@ -35,14 +35,9 @@ PRODUCTS = ("auto", "dense", "shifts", "fft")
 FFT_MIN_KEYS = 512
 
 
-def _check_choice(name, value, valid):
-    if value not in valid:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}; got {value!r}")
-
-
 def param_shape(structure, num_heads, *, max_length=None, max_distance=None, bandwidth=None):
     """Shape of the parameter array of a coupling structure."""
-    _check_choice("structure", structure, STRUCTURES)
+    check_choice("structure", structure, STRUCTURES)
     num_heads = check_positive_int("num_heads", num_heads)
     if structure == "full":
         if max_length is None:
@@ -76,7 +71,7 @@ class Couplings:
 
     def __init__(self, kind, structure, params, *, max_length=None, max_distance=None,
                  bandwidth=None):
-        _check_choice("kind", kind, KINDS)
+        check_choice("kind", kind, KINDS)
         self.kind = kind
         self.structure = structure
         self.params = params
@@ -104,7 +99,7 @@ class Couplings:
 
     @classmethod
     def _make(cls, kind, structure, params, max_length, max_distance, bandwidth):
-        _check_choice("structure", structure, STRUCTURES)
+        check_choice("structure", structure, STRUCTURES)
         params = jnp.asarray(params)
         if not jnp.issubdtype(params.dtype, jnp.floating):
             params = params.astype(jnp.float32)
@@ -301,7 +296,7 @@ class Couplings:
         not have."""
         if dense is not None:
             product = "dense" if dense else ("shifts" if self.structure == "banded" else "auto")
-        _check_choice("product", product, PRODUCTS)
+        check_choice("product", product, PRODUCTS)
         if self.is_zero:
             return jnp.zeros_like(m)
         S = m.shape[-1]
@@ -378,8 +373,8 @@ class CouplingSpec:
     values: object = None
 
     def __post_init__(self):
-        _check_choice("kind", self.kind, KINDS)
-        _check_choice("structure", self.structure, STRUCTURES)
+        check_choice("kind", self.kind, KINDS)
+        check_choice("structure", self.structure, STRUCTURES)
 
     def build(self, num_heads: int, key=None) -> Couplings:
         """The :class:`Couplings` of ``num_heads`` heads (``key`` for random / learned noise)."""

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_beta, is_concrete, normalize_key, shape_str
+from .._validation import check_beta, check_choice, is_concrete, normalize_key, shape_str
 from ._couplings import Couplings
 from ._methods import Sampled, resolve_method
 
@@ -296,8 +296,7 @@ def boltzmann_attention(
       >>> boltzmann_attention(q, k, v, couplings=J, method="exact").shape
       (1, 4, 2, 8)
     """
-    if readout not in READOUTS:
-        raise ValueError(f"readout must be one of {', '.join(map(repr, READOUTS))}; got {readout!r}")
+    check_choice("readout", readout, READOUTS)
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got "
                          f"implementation={implementation!r}")

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _vma
-from .._validation import check_positive_int
+from .._validation import check_choice, check_positive_int
 from .._vma import carry_like
 
 #: Largest number of keys ``S`` the ``exact`` method enumerates (``2^S`` patterns per query).
@@ -160,9 +160,7 @@ class Transfer:
     def __post_init__(self):
         from ._banded import BACKENDS
 
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; "
-                             f"got {self.backend!r}")
+        check_choice("backend", self.backend, BACKENDS)
 
     def __call__(self, h, mask, couplings, beta, *, key=None, feature="marginal", causal=False,
                  log_partition=False):
@@ -450,9 +448,7 @@ class MeanField:
         check_positive_int("max_iters", self.max_iters)
         if not self.tol > 0:
             raise ValueError(f"tol must be > 0; got {self.tol}")
-        if self.product not in PRODUCTS:
-            raise ValueError(f"product must be one of {', '.join(map(repr, PRODUCTS))}; got "
-                             f"{self.product!r}")
+        check_choice("product", self.product, PRODUCTS)
         if self.monitor is not None and not callable(self.monitor):
             raise TypeError(f"monitor must be callable or None; got {self.monitor!r}")
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn.linear import default_bias_init, default_kernel_init
 
-from .._validation import check_positive_int, shape_str
+from .._validation import check_choice, check_positive_int, shape_str
 from ._couplings import Couplings, CouplingSpec
 from ._function import READOUTS, boltzmann_attention
 from ._methods import Sampled, resolve_method
@@ -112,8 +112,7 @@ class BoltzmannMultiHeadAttention(nnx.Module):
             raise ValueError(
                 f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
             )
-        if readout not in READOUTS:
-            raise ValueError(f"readout must be one of {READOUTS}; got {readout!r}")
+        check_choice("readout", readout, READOUTS)
         if rope and (qkv_features // num_heads) % 2:
             raise ValueError(
                 f"rope=True needs an even head dimension; qkv_features / num_heads = "

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .._validation import check_positive_int, shape_str
+from .._validation import check_choice, check_positive_int, shape_str
 from ._methods import Sampled
 from ._nnx import BoltzmannMultiHeadAttention
 
@@ -119,9 +119,7 @@ class TransformerLM(nnx.Module):
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.max_length = check_positive_int("max_length", max_length)
         check_positive_int("num_layers", num_layers)
-        if positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {', '.join(map(repr, POSITIONAL))}; "
-                             f"got {positional!r}")
+        check_choice("positional", positional, POSITIONAL)
         for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1); got {name}={rate}")

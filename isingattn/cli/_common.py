@@ -4,12 +4,12 @@ atomic writes, JSON encoding, argument types."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 
 import numpy as np
 
+from .._io import atomic_write, write_json  # noqa: F401 (write_json: the subcommands' import)
 from ..models import model_from_spec
 from ..models._spec import spec_help
 
@@ -78,42 +78,6 @@ def check_output_dir(path, flag="--out"):
     _check_writable_dir(os.path.abspath(path), f"into {flag} {path!r}")
 
 
-def to_jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if hasattr(obj, "shape") or isinstance(obj, (np.generic,)):
-        arr = np.asarray(obj)
-        return arr.tolist()
-    return obj
-
-
-def _atomic(path, write):
-    """``write(tmp)`` then rename over ``path``: a partial file never replaces a finished one,
-    and a failed write leaves no ``*.tmp`` behind."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix=os.path.basename(path) + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_json(path, data):
-    """Write ``data`` as JSON, atomically."""
-
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(to_jsonable(data), f, indent=2)
-
-    _atomic(path, write)
-
-
 def write_npz(path, **arrays):
     """``numpy.savez`` to ``path``, atomically."""
 
@@ -121,4 +85,4 @@ def write_npz(path, **arrays):
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
 
-    _atomic(path, write)
+    atomic_write(path, write)

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 
+from .._io import atomic_write
 from ..models import ModelBase
 from ._distances import (
     EmpiricalDistribution,
@@ -120,7 +121,7 @@ class ComparisonTable:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
         text = buf.getvalue()
         if path is not None:
-            _atomic_write(path, text)
+            atomic_write(path, text)
         return text
 
     def to_dict(self) -> dict:
@@ -132,7 +133,7 @@ class ComparisonTable:
         atomically to ``path`` if given."""
         text = json.dumps(_json_safe(self.to_dict()), indent=1)
         if path is not None:
-            _atomic_write(path, text)
+            atomic_write(path, text)
         return text
 
     @classmethod
@@ -190,16 +191,6 @@ class ComparisonTable:
 
     def __str__(self):
         return self.format()
-
-
-def _atomic_write(path, text):
-    import os
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _resolve(samplers):
@@ -304,7 +295,8 @@ def compare_samplers(model, samplers, *, key, num_samples: int = 1000, num_chain
     import jax
 
     from .. import exact
-    from ..samplers import Samples, check_key
+    from .._validation import check_key
+    from ..samplers import Samples
     if not isinstance(model, ModelBase):
         raise TypeError(f"model must be an IsingModel or SparseIsingModel; got {type(model).__name__}")
     from .._validation import check_positive_int

@@ -5,10 +5,13 @@ state is touched; they save to files and display in notebooks alike."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
 import numpy as np
+
+from .._io import atomic_write
 
 
 def _ok_rows(table):
@@ -211,8 +214,6 @@ def plot_comparison(table, out_dir, *, prefix: str = "") -> list:
     for fname, fn in PLOTS.items():
         path = os.path.join(out_dir, prefix + fname)
         fig = fn(table)
-        tmp = path + ".tmp.png"
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        atomic_write(path, functools.partial(fig.savefig, dpi=110, format="png"))
         paths.append(path)
     return paths

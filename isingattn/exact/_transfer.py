@@ -649,7 +649,7 @@ def transfer_sample(model: ModelBase, key, num_samples: int, bandwidth=None) -> 
 
 def _sample_with_info(model, key, num_samples, bandwidth):
     """``(samples, log_partition, plan)``; the sampler backend reports all three."""
-    from ..samplers._base import check_key
+    from .._validation import check_key
 
     key = check_key(key)
     num_samples = check_positive_int("num_samples", num_samples)

@@ -36,7 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import check_choice, check_positive_int
 from ._tasks import Batch, Task, _synthetic_eval
 
 VARIANTS = ("match", "balance")
@@ -125,12 +125,8 @@ class BracketTask(Task):
     name: ClassVar[str] = "bracket"
 
     def __post_init__(self):
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}; got "
-                             f"{self.variant!r}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(map(repr, REGIMES))}; got "
-                             f"{self.regime!r}")
+        check_choice("variant", self.variant, VARIANTS)
+        check_choice("regime", self.regime, REGIMES)
         self.num_types = check_positive_int("num_types", self.num_types, 2)
         if self.max_depth is not None:
             self.max_depth = check_positive_int("max_depth", self.max_depth, 1)

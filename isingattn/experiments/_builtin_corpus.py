@@ -44,10 +44,11 @@ import pathlib
 import platform
 import re
 import sysconfig
-import tempfile
 import time
 import warnings
 from typing import NamedTuple
+
+from .._io import atomic_write
 
 #: Version of the assembly recipe above; part of the cache key (bump it when the recipe changes).
 BUILTIN_FORMAT = 1
@@ -200,22 +201,6 @@ def build_text(sources) -> tuple[bytes, dict]:
     return text, {"sources": stats, "duplicates_dropped": duplicates}
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _cache_key(sources) -> str:
     spec = {"format": BUILTIN_FORMAT,
             "sources": [[s.name, s.version, str(pathlib.Path(s.root).resolve())]
@@ -266,8 +251,8 @@ def builtin_corpus_file(sources=None, cache_dir=None, rebuild: bool = False):
               "size": len(text), **record, "build_seconds": round(time.perf_counter() - t0, 2)}
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(text_path, text)
-        _atomic_write(json_path, (json.dumps(record, indent=1) + "\n").encode())
+        atomic_write(text_path, text)
+        atomic_write(json_path, (json.dumps(record, indent=1) + "\n").encode())
     except OSError as e:
         raise OSError(f"cannot write the builtin corpus cache in {folder} ({e}); set "
                       "ISINGATTN_CACHE to a writable directory") from e

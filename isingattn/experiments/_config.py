@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .._validation import check_positive_int
+from .._validation import check_choice, check_positive_int
 
 #: Tasks by name (``--task``).
 TASKS = ("pair-copy", "bracket", "file", "char-lm")
@@ -133,10 +133,7 @@ class TrainConfig:
         from ..attention._transformer import POSITIONAL
 
         def choice(name, valid):
-            v = getattr(self, name)
-            if v not in valid:
-                raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}; got "
-                                 f"{v!r}")
+            check_choice(name, getattr(self, name), valid)
 
         choice("task", TASKS)
         choice("attention", ATTENTIONS)
@@ -365,7 +362,7 @@ def _sample_parameters(cls) -> dict:
     if isinstance(params, property):
         try:
             params = params.fget(object.__new__(cls))
-        except Exception:  # a property that needs a built backend: no sample options known
+        except Exception:  # noqa: BLE001 -- a property that needs a built backend: no options known
             params = None
     return params if isinstance(params, dict) else {}
 

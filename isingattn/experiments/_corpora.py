@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import check_choice, check_positive_int
 from ._builtin_corpus import (
     DocSource,
     builtin_corpus_file,
@@ -117,8 +117,7 @@ class CharCorpus:
         Read from disk on every call and not kept (one split in memory at a time). A raw enwik8
         file is memory-mapped (``np.memmap``, read-only, nothing read until used); text8-format
         files are translated to ids in chunks; zip members are streamed in chunks."""
-        if which not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}; got {which!r}")
+        check_choice("split", which, SPLITS)
         return self._read(which)
 
     def encode(self, text: str) -> np.ndarray:

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from .._io import atomic_write, write_json
 from ._calibrate import CalibrationLog, calibrate_trainer, calibration_description
 from ._config import TrainConfig, build_model, build_task, check_method
 from ._tasks import Batch, batch_rng
@@ -55,23 +56,6 @@ def versions() -> dict:
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
             "optax": optax.__version__, "numpy": np.__version__,
             "platform": platform.platform()}
-
-
-def _write_json(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=_json_default)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _json_default(x):
-    if isinstance(x, (np.generic,)):
-        return x.item()
-    if hasattr(x, "shape"):
-        return np.asarray(x).tolist()
-    raise TypeError(f"not JSON serializable: {type(x).__name__}")
 
 
 def _read_json(path):
@@ -396,12 +380,7 @@ def save_checkpoint(out, step, trainer: Trainer, extra: dict, keep: int) -> str:
     path = _checkpoint_path(out, step)
     data = serialization.msgpack_serialize(
         {"step": int(step), "state": trainer.host_state(), "extra": json.dumps(extra)})
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data)
     for old in _checkpoints(out)[:-keep]:
         os.remove(_checkpoint_path(out, old))
     return path
@@ -441,12 +420,11 @@ def keep_steps_below(path, fields, stop):
         text = text[: text.rfind("\n") + 1]
     rows = list(csv.DictReader(io.StringIO(text)))
     keep = [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < stop]
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(keep)
-    os.replace(tmp, path)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(keep)
+    atomic_write(path, buf.getvalue())
 
 
 class MetricsLog:
@@ -624,7 +602,7 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
         if parallel is not None:
             record["data_parallel"] = parallel.describe()
         if main:
-            _write_json(config_path, record)
+            write_json(config_path, record)
             save_checkpoint(out, 0, trainer, clock, config.keep_checkpoints)
 
     bar = _progress(config.steps, start, progress and main)
@@ -705,7 +683,7 @@ def train(config: TrainConfig, out: str, *, resume: bool = False, force: bool = 
     if qpu is not None:
         final["qpu"] = qpu
     if main:
-        _write_json(os.path.join(out, "final.json"), final)
+        write_json(os.path.join(out, "final.json"), final)
     return final
 
 
@@ -865,5 +843,5 @@ def evaluate_run(out: str, *, length: int | None = None, split: str = "test",
     if overrides and "method" in overrides:
         tag = "_" + trainer.config.resolved_method.replace(":", "-")
         result["method"] = trainer.config.resolved_method
-    _write_json(os.path.join(out, f"eval_{split}_L{L}{tag}.json"), result)
+    write_json(os.path.join(out, f"eval_{split}_L{L}{tag}.json"), result)
     return result

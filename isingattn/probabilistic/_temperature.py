@@ -153,8 +153,8 @@ def effective_beta_bayes(samples, model, key, *, separate_scales: bool = False,
     from numpyro.infer import MCMC, NUTS
 
     from .. import exact
+    from .._validation import check_key
     from ..diagnostics._mixing import effective_sample_size, rhat
-    from ..samplers import check_key
 
     if model is None:
         raise ValueError("an effective temperature needs the model whose energy defines p_beta")

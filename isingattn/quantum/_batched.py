@@ -14,7 +14,6 @@ output distribution is the one :func:`isingattn.quantum.output_distribution` giv
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import check_choice
 from ..models import IsingModel, ModelBase, Vartype
 from ._evolve import check_annealing_time
 from ._schedule import AnnealingSchedule, as_schedule
@@ -110,8 +111,7 @@ def effective_beta(schedule="linear", annealing_time=1.0, *,
       (0.016449, 2.0)
     """
     schedule = as_schedule(schedule)
-    if expansion not in EXPANSIONS:
-        raise ValueError(f"expansion must be one of {EXPANSIONS}; got {expansion!r}")
+    check_choice("expansion", expansion, EXPANSIONS)
     if np.ndim(annealing_time) == 0:
         return _one(schedule, check_annealing_time(annealing_time), expansion)
     arr = np.asarray(annealing_time, float)

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, is_concrete
+from .._validation import check_choice, check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
 from ._schedule import AnnealingSchedule, as_schedule
 
@@ -245,8 +245,7 @@ def check_annealing_time(annealing_time) -> float:
 
 
 def _check_order(order):
-    if order not in _SUBSTEPS:
-        raise ValueError(f"order must be one of {sorted(_SUBSTEPS)}; got {order!r}")
+    check_choice("order", order, _SUBSTEPS)
     return order
 
 

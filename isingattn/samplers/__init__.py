@@ -2,8 +2,9 @@
 num_chains=1, ...) -> Samples``. Every backend is also a dimod sampler through
 :func:`as_dimod_sampler`, and any dimod sampler is one of ours through :class:`DimodSampler`."""
 
+from .._validation import check_key
 from ._annealing import SimulatedAnnealingSampler, anneal, annealing_schedule, default_beta_range
-from ._base import TIMING_KEYS, Sampler, Samples, check_key, key_from_seed, seed_from_key
+from ._base import TIMING_KEYS, Sampler, Samples, key_from_seed, seed_from_key
 from ._colouring import colour_classes
 from ._diabatic import DiabaticAnnealingSampler
 from ._dimod import DimodSampler, as_dimod_sampler

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, is_concrete, shape_str
+from .._validation import check_choice, check_positive_int, is_concrete, shape_str
 from ..models import ModelBase, SparseIsingModel, Vartype
 from ._base import Sampler
 from ._colouring import colour_classes
@@ -140,11 +140,7 @@ def annealing_schedule(
     Any finite schedule values ``>= 0`` are allowed (not necessarily monotone); ``"geometric"``
     needs ``> 0``. Units: the schedule multiplies the model's energy ``E``.
     """
-    if beta_schedule_type not in BETA_SCHEDULE_TYPES:
-        raise ValueError(
-            f"beta_schedule_type must be one of {', '.join(map(repr, BETA_SCHEDULE_TYPES))}; "
-            f"got {beta_schedule_type!r}"
-        )
+    check_choice("beta_schedule_type", beta_schedule_type, BETA_SCHEDULE_TYPES)
     num_sweeps_per_beta = check_positive_int("num_sweeps_per_beta", num_sweeps_per_beta)
     batch = model.batch_shape
     dtype = model.dtype

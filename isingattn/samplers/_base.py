@@ -14,19 +14,12 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from .._validation import check_positive_int, normalize_key, shape_str
+from .._validation import check_key, check_positive_int, shape_str
 from ..models import ModelBase, Vartype
 from ._sharding import auto_axes
 
 #: Keys of ``Samples.info["timing"]`` (seconds), the same for every backend.
 TIMING_KEYS = ("setup_s", "sampling_s", "total_s")
-
-
-def check_key(key):
-    """Return ``key`` as a typed JAX PRNG key: typed keys pass, raw ``jax.random.PRNGKey`` data
-    is wrapped; anything else is a clear ``TypeError`` (:func:`isingattn._validation.normalize_key`,
-    the library's one key boundary)."""
-    return normalize_key(key)
 
 
 def seed_from_key(key) -> int:

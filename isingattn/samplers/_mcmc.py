@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, is_concrete, shape_str
+from .._validation import check_choice, check_positive_int, is_concrete, shape_str
 from ..models import IsingModel, SparseIsingModel
 from ._base import Sampler
 from ._sharding import batch_split, map_models, num_shards
@@ -128,13 +128,6 @@ def check_beta_schedule(beta_schedule, total_sweeps):
             f"beta_schedule must be positive and finite; found {sched[i]} at sweep {i}"
         )
     return sched
-
-
-def check_choice(name, value, choices):
-    """Raise a clear error unless ``value`` is one of ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import check_choice, check_key
 from ._annealing import BETA_SCHEDULE_TYPES, SimulatedAnnealingSampler, _canonical_criteria
-from ._base import Sampler, check_key, seed_from_key
+from ._base import Sampler, seed_from_key
 
 
 def _per_model(value, batch, event_ndim, idx):
@@ -66,11 +67,7 @@ class NealSampler(Sampler):
         t0 = time.perf_counter()
         opts = {**self.defaults, **options}
         stype = opts.pop("beta_schedule_type", "geometric")
-        if stype not in BETA_SCHEDULE_TYPES:
-            raise ValueError(
-                f"beta_schedule_type must be one of {', '.join(map(repr, BETA_SCHEDULE_TYPES))}; "
-                f"got {stype!r}"
-            )
+        check_choice("beta_schedule_type", stype, BETA_SCHEDULE_TYPES)
         crit = _canonical_criteria(opts.pop("proposal_acceptance_criteria", "Metropolis"))
         beta_range = opts.pop("beta_range", None)
         beta_schedule = opts.pop("beta_schedule", None)

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import check_choice
 from ..models import Vartype
 from ._base import Sampler, seed_from_key
 
@@ -429,11 +430,7 @@ class QPUSampler(Sampler):
 
         opts = {**self.defaults, **options}
         method = opts.get("chain_break_method", "majority_vote")
-        if method not in CHAIN_BREAK_METHODS:
-            raise ValueError(
-                f"chain_break_method must be one of {', '.join(map(repr, CHAIN_BREAK_METHODS))}; "
-                f"got {method!r}"
-            )
+        check_choice("chain_break_method", method, CHAIN_BREAK_METHODS)
         auto_scale = bool(opts.get("auto_scale", True))
         chain_strength = opts.get("chain_strength")
         if chain_strength is not None and not (np.isfinite(chain_strength) and chain_strength > 0):

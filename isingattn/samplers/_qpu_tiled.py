@@ -35,7 +35,6 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

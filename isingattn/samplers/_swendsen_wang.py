@@ -68,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _ffi
+from .._validation import check_choice
 from ..models import SparseIsingModel, Vartype
 from . import _native
 from ._mcmc import MCMCSampler, bits_to_uniform, xoshiro_mix, xoshiro_next, xoshiro_seed
@@ -521,11 +522,7 @@ class SwendsenWangSampler(MCMCSampler):
     carries_stream = True
 
     def __post_init__(self):
-        if self.components not in COMPONENTS:
-            raise ValueError(
-                f"components must be one of {', '.join(map(repr, COMPONENTS))}; "
-                f"got {self.components!r}"
-            )
+        check_choice("components", self.components, COMPONENTS)
 
     def init(self, model, key, x0):
         plan = _plan(model)

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, is_concrete
+from .._validation import check_choice, check_positive_int, is_concrete
 from ..models import SparseIsingModel
 from ._mcmc import MCMCSampler
 from ._swendsen_wang import (
@@ -140,9 +140,7 @@ class WolffSampler(MCMCSampler):
         check_positive_int("num_flips", self.num_flips)
         if self.cluster not in ("labels", "stack"):
             raise ValueError(f"cluster must be 'labels' or 'stack'; got {self.cluster!r}")
-        if self.components not in COMPONENTS:
-            raise ValueError(f"components must be one of {', '.join(map(repr, COMPONENTS))}; "
-                             f"got {self.components!r}")
+        check_choice("components", self.components, COMPONENTS)
 
     def check_model(self, model):
         spin = spin_form(model)
