@@ -5,7 +5,8 @@ transfer matrices), :mod:`isingattn.samplers` (the sampler backends),
 :mod:`isingattn.quantum` (the annealing simulator), :mod:`isingattn.attention` (Boltzmann
 attention: the function, the Flax modules, the transformer), :mod:`isingattn.diagnostics`
 (observables, mixing, sampler comparison), :mod:`isingattn.probabilistic` (numpyro models) and
-:mod:`isingattn.experiments` (tasks and training).
+:mod:`isingattn.experiments` (tasks and training); :mod:`isingattn.testing` checks any sampler
+against exact Boltzmann statistics.
 
 The models, exact inference and samplers are imported with the package; the others, and the
 most used names from them (:func:`boltzmann_attention`, :class:`BoltzmannMultiHeadAttention`,
@@ -22,7 +23,8 @@ from .samplers import BACKENDS, Samples, get_sampler
 __version__ = "0.1.0"
 
 #: Subpackages imported on first attribute access.
-_LAZY_MODULES = ("attention", "diagnostics", "experiments", "probabilistic", "quantum")
+_LAZY_MODULES = ("attention", "diagnostics", "experiments", "probabilistic", "quantum",
+                 "testing")
 #: Names imported on first access: name -> subpackage.
 _LAZY_NAMES = {
     "boltzmann_attention": "attention",
@@ -34,7 +36,7 @@ _LAZY_NAMES = {
 __all__ = ["BACKENDS", "BoltzmannMultiHeadAttention", "Couplings", "IsingModel", "Samples",
            "SparseIsingModel", "Vartype", "attention", "boltzmann_attention",
            "compare_samplers", "diagnostics", "exact", "experiments", "get_sampler", "models",
-           "probabilistic", "quantum", "samplers"]
+           "probabilistic", "quantum", "samplers", "testing"]
 
 
 def __getattr__(name):

@@ -13,6 +13,8 @@ import sys
 import isingattn
 heavy = sorted(m for m in ("flax", "matplotlib", "numpyro", "optax", "arviz") if m in sys.modules)
 assert not heavy, heavy
+import isingattn.testing  # the conformance suite loads ArviZ only when it measures an ESS
+assert not heavy, heavy
 isingattn.BoltzmannMultiHeadAttention
 assert "flax" in sys.modules
 print("ok")
@@ -34,7 +36,7 @@ def test_every_public_name_resolves_to_its_subpackage_object():
             sub = importlib.import_module(f"isingattn.{isingattn._LAZY_NAMES[name]}")
             assert obj is getattr(sub, name), name
     for sub in ("attention", "diagnostics", "experiments", "probabilistic", "quantum",
-                "exact", "models", "samplers"):
+                "exact", "models", "samplers", "testing"):
         assert getattr(isingattn, sub) is importlib.import_module(f"isingattn.{sub}")
     assert set(isingattn.__all__) <= set(dir(isingattn))
     with pytest.raises(AttributeError, match="module 'isingattn' has no attribute 'nope'"):
