@@ -5,7 +5,9 @@ Levels, importable separately:
 
 - the function :func:`boltzmann_attention` (``jax.nn.dot_product_attention`` calling
   convention), with :class:`Couplings` and the inference methods (``"exact"``, ``"transfer"``,
-  ``"mean_field"`` / :class:`MeanField`, :func:`sampled`); importing these does not import flax;
+  ``"mean_field"`` / :class:`MeanField`, :func:`sampled`; a method of one's own follows
+  :class:`InferenceMethod` and may be registered under a name with :func:`register_method`);
+  importing these does not import flax;
 - the Flax NNX module :class:`BoltzmannMultiHeadAttention`;
 - :func:`boltzmann_attention_fn`, the function as the ``attention_fn`` of Flax's own attention
   modules (``nnx.MultiHeadAttention``, ``flax.linen.MultiHeadDotProductAttention``);
@@ -17,9 +19,13 @@ flax).
 
 from ._calibration import CALIBRATION_MODES, Calibration, calibrate_model, fit_effective_betas
 from ._couplings import KINDS, STRUCTURES, Couplings, CouplingSpec
+from ._exact import MAX_EXACT_KEYS, Exact
 from ._function import READOUTS, AttentionInfo, boltzmann_attention
-from ._methods import MAX_EXACT_KEYS, Exact, MeanField, Sampled, Transfer, sampled
+from ._inference import Inference, InferenceMethod, method_names, register_method, resolve_method
+from ._mean_field import MeanField
 from ._rope import apply_rope
+from ._sampled import Sampled, sampled
+from ._transfer import Transfer
 
 _LAZY = {
     "BoltzmannAttentionFn": "._attention_fn",
@@ -54,6 +60,8 @@ __all__ = [
     "CouplingSpec",
     "Couplings",
     "Exact",
+    "Inference",
+    "InferenceMethod",
     "MeanField",
     "Sampled",
     "SamplerScales",
@@ -65,5 +73,8 @@ __all__ = [
     "boltzmann_attention_fn",
     "calibrate_model",
     "fit_effective_betas",
+    "method_names",
+    "register_method",
+    "resolve_method",
     "sampled",
 ]

@@ -16,7 +16,8 @@ from flax.nnx.nn import dtypes as _nnx_dtypes
 from .._validation import check_beta, check_choice, is_concrete, normalize_key, shape_str
 from ._couplings import Couplings
 from ._function import READOUTS, boltzmann_attention, dropout_weights
-from ._methods import Sampled, resolve_method
+from ._inference import resolve_method
+from ._sampled import Sampled
 
 #: Folded into ``dropout_rng`` to key a stochastic method, so that its draws are independent of
 #: the dropout mask drawn from ``dropout_rng`` itself (which stays bit-identical to Flax's).

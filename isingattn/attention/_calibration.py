@@ -399,7 +399,7 @@ def calibrate_model(model, inputs, key, *, update=True, probes=None,
     ``new_c_h``, ``new_c_J``. ``probes`` and ``num_samples`` override the calibration's
     (defaults 8 and 1024 for a layer without one). Call it outside ``jit`` (the probe forward
     pass is compiled once per model structure); ``key`` makes it reproducible."""
-    from ._methods import Sampled
+    from ._sampled import Sampled
 
     k_fwd, k_meas = jax.random.split(key)
     rec = _probe_problems(model, inputs, k_fwd)

@@ -11,7 +11,8 @@ import numpy as np
 
 from .._validation import check_beta, check_choice, is_concrete, normalize_key, shape_str
 from ._couplings import Couplings
-from ._methods import Sampled, resolve_method
+from ._inference import resolve_method
+from ._sampled import Sampled
 
 READOUTS = ("marginal", "sample", "softmax")
 
@@ -384,12 +385,13 @@ def boltzmann_attention(
         allowed = jnp.broadcast_to(allowed, h.shape)
         h = jnp.where(allowed, h, 0.0)
         feature = "sample" if readout == "sample" else "marginal"
-        # a concrete beta stays a NumPy scalar, so that methods can tell that no gradient
-        # reaches it (transfer then skips the coupling gradient of frozen couplings)
-        b = np.asarray(beta, dtype) if is_concrete(beta) else jnp.asarray(beta, dtype)
+        # no gradient reaches beta * J when the couplings are frozen and beta is concrete
+        # (transfer then skips the couplings' part of its gradient)
+        coupling_grad = not (couplings.kind in ("fixed", "random") and is_concrete(beta))
         try:
-            res = method(h, allowed, couplings, b, key=rng, feature=feature,
-                         causal=bool(is_causal), log_partition=bool(return_weights))
+            res = method(h, allowed, couplings, jnp.asarray(beta, dtype), key=rng,
+                         feature=feature, causal=bool(is_causal),
+                         log_partition=bool(return_weights), coupling_grad=coupling_grad)
         except TypeError as e:
             if "forward-mode autodiff" in str(e):
                 raise _forward_mode_error(method, couplings, e) from None

@@ -13,8 +13,9 @@ from flax.nnx.nn.linear import default_bias_init, default_kernel_init
 from .._validation import check_choice, check_positive_int, shape_str
 from ._couplings import Couplings, CouplingSpec
 from ._function import READOUTS, boltzmann_attention
-from ._methods import Sampled, resolve_method
+from ._inference import resolve_method
 from ._rope import apply_rope
+from ._sampled import Sampled
 
 
 class FrozenCouplings(nnx.Variable):

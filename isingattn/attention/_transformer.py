@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from .._validation import check_choice, check_positive_int, shape_str
-from ._methods import Sampled
 from ._nnx import BoltzmannMultiHeadAttention
+from ._sampled import Sampled
 
 #: Position schemes of :class:`TransformerLM`: learned absolute embeddings (up to
 #: ``max_length``), rotary embeddings in every attention layer, or none (the model then sees

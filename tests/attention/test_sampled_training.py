@@ -34,7 +34,8 @@ from isingattn.attention._calibration import (
     record_problems,
     updated_scales,
 )
-from isingattn.attention._methods import Exact, _programmed
+from isingattn.attention._exact import Exact
+from isingattn.attention._sampled import _programmed
 from isingattn.exact import probabilities
 from isingattn.models import IsingModel
 from isingattn.quantum import output_distribution
