@@ -15,11 +15,11 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   step changes the total weight by at most ``exp(±sum_d |c_d| / 2)`` (the scale is a per-query
   number known from the fields alone), and the weights are renormalized exactly once per block
   of :data:`BLOCK` steps: the sum at a block's end scales the factors of the next block's first
-  step (a pass over the messages per block saved; forward-backward 8% faster). No
-  ``exp``/``log`` runs per state. It covers heads with ``sum_d |c_nd| <=`` :func:`_fast_limit`
-  (float32: 20, float64: 160); beyond, a factor or a message entry that matters later
-  leaves the exponent range. The hand-written gradient's derivative messages need more room:
-  it covers ``sum_d |c_nd| <=`` :func:`_grad_limit` (18, 144).
+  step, which saves a pass over the messages per block. No ``exp``/``log`` runs per state.
+  It covers heads with ``sum_d |c_nd| <=`` :func:`_fast_limit` (float32: 20, float64: 160);
+  beyond, a factor or a message entry that matters later leaves the exponent range. The
+  hand-written gradient's derivative messages need more room: it covers
+  ``sum_d |c_nd| <=`` :func:`_grad_limit` (18, 144).
 * **A log-domain path for the other heads** (:func:`_log_marginals_tile`), chosen per head at
   run time: log messages, log-sum-exp over the oldest key, re-centred at every step, with the
   same shifts as the probability-space factors (the larger branch of a step is 0), so nothing
@@ -33,12 +33,12 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   contiguous vector operation over queries, processed in tiles of :data:`TILE_QUERIES`.
 * **Two lanes per tile.** A recursion is a chain of dependent steps, which XLA's CPU runtime
   runs on one thread. A tile's queries are split into :data:`LANES` independent recursions
-  that share one loop body, so the runtime runs their steps concurrently (forward-backward
-  1.7x faster on two cores; smaller pieces or more lanes measured slower).
+  that share one loop body, so the runtime runs their steps concurrently (two lanes keep two
+  cores busy; smaller pieces are too small for the runtime's thread pool).
 * **Backward messages in bit-reversed order** (:func:`_backward_step`). A backward step sums
   out the newest key and brings in the oldest; with the state index bit-reversed those are its
   lowest and highest bits, so the step reads adjacent pairs and writes two halves, like a
-  forward step: one kernel (the standard order wrote interleaved pairs, which took two kernels
+  forward step: one kernel (in the standard order a step writes interleaved pairs: two kernels
   and a concatenation). The forward message at a block end is reversed once for the readout.
 * **Block readout.** Keys are grouped in blocks of ``K = min(BLOCK, r)``; the window after a
   block's last key holds every key of the block, so the block's marginals (and their derivative
@@ -54,7 +54,7 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   (``d log Z / d c_d = E[Phi_d]``). :func:`_vjp_tile` computes it by hand: every message
   carries its derivative along ``g`` next to it, so the backward pass is one more
   forward-backward sweep with doubled messages and keeps no per-state residuals (a
-  ``jax.jvp`` of the recursion computes the same numbers with more passes and was slower).
+  ``jax.jvp`` of the recursion computes the same numbers with more passes).
   Both the field and the coupling gradient come from one joint per key: the window before
   key ``k`` together with ``s_k = 1``, whose covariance with ``G`` summed over windows is
   ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
@@ -62,8 +62,11 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   ``T - 1 - t`` share one chain.
 * **A compiled forward pass on the CPU** (:mod:`._native`, ``backend="auto"`` of
   :func:`banded_chain_marginals`): the same recursion in numba, one head and 64 queries at a
-  time with their messages in the core's cache, on threads of its own; 2.6x faster than this
-  module's forward pass on the T = 512 workload. The gradient is this module's everywhere.
+  time with their messages in the core's cache (XLA streams every step's messages through
+  memory), on threads of its own. The gradient is this module's everywhere.
+
+Measured timings and the variants tried and dropped are in ``docs/guide/transfer.md``
+(Implementation notes) and ``docs/guide/attention.md``.
 
 The result is exact (the same numbers as enumeration to float precision);
 ``tests/attention/test_banded.py`` compares marginals, ``log Z`` and gradients, and
@@ -150,10 +153,10 @@ def _backward_step(beta, C_lo, C_hi, f):
     whose state index is bit-reversed (:func:`_bitrev`: bit 0 = the newest key). The key summed
     out is then the lowest bit (adjacent pairs) and the key coming in the highest (the two
     halves), the memory pattern of :func:`_forward_step`: one kernel, where the standard order
-    (pairs written interleaved) took two kernels and a concatenation, 1.8x the time.
+    (pairs written interleaved) needs two kernels and a concatenation.
     ``C_lo, C_hi``: the halves of the bit-reversed coupling table (:func:`_reversed_table`);
-    ``f``: ``(N, 2, Q)``, the factors of ``s = 0, 1`` stacked in one array (read through the
-    scan's slices of two separate arrays, the kernel took twice as long)."""
+    ``f``: ``(N, 2, Q)``, the factors of ``s = 0, 1`` stacked in one array (the scan's slices
+    of two separate arrays would be read by a slower kernel)."""
     N, R, Q = beta.shape
     y = beta.reshape(N, R // 2, 2, Q) * f[:, None]
     return jnp.concatenate([y[:, :, 0] + C_lo * y[:, :, 1], y[:, :, 0] + C_hi * y[:, :, 1]],
@@ -283,11 +286,11 @@ def _vjp_tile(a, c, feat, g, pairs=True):
 
     def step(M, F):
         """``M = (alpha, A)`` stacked ``(N, 2, R, Q)``, after key ``k`` from before it, in one
-        kernel (two kernels, one per message, took 3% longer over the whole gradient; the
-        same stacking of ``(beta, B)`` in ``back`` was 20% slower). ``F`` ``(N, 3, Q)``:
-        ``f0, f1, g f1`` stacked (one materialized array: factors read through the scan's
-        slices of separate arrays made the kernels several times slower); ``A``'s coupled
-        half gains ``g f1`` times ``alpha``'s coupled pair sums."""
+        kernel (one per key rather than one per message; ``back`` keeps ``beta`` and ``B``
+        apart, where stacking them costs more). ``F`` ``(N, 3, Q)``: ``f0, f1, g f1`` stacked
+        (one materialized array, which the kernels read faster than the scan's slices of
+        separate arrays); ``A``'s coupled half gains ``g f1`` times ``alpha``'s coupled pair
+        sums."""
         P = M.reshape(N, 2, half, 2, Q)
         Pc = (M * C[:, None]).reshape(N, 2, half, 2, Q)
         s0 = P[:, :, :, 0] + P[:, :, :, 1]
@@ -403,10 +406,8 @@ def _vjp_tile(a, c, feat, g, pairs=True):
 
     def run(carry, blk):
         # A block's start reaches the body through the loop carry, copied there one iteration
-        # ahead: read through the scan's slice of the kept array, it was fused into every
-        # consumer, and those kernels ran 3-6x slower. Kept as the forward sweep's ends (not
-        # its starts), it also spares that sweep a copy of its carry per block. Together:
-        # forward pass + learned gradient 0.8-4.9% faster over six runs (four of them 4-5%).
+        # ahead, so that XLA does not fuse the scan's slice of the kept array into every
+        # consumer; kept as the forward sweep's ends, it spares that sweep a carry copy.
         lanes_c, kept, j = carry
         res = [backward(c, x, k) for c, x, k in zip(lanes_c, blk, kept)]
         nxt = tuple(start_of(e, j - 1) for e in ends)
@@ -423,19 +424,19 @@ def _vjp_tile(a, c, feat, g, pairs=True):
 
 def _fast_limit(dtype):
     """The largest ``max_n sum_d |c_nd|`` of a head that the probability-space path takes:
-    :data:`BLOCK` steps between renormalizations stay inside the exponent range (float32: 20;
-    measured against float64 with fields up to ``|a| = 200``: exact to 1e-6 up to 25, broken near
-    28). Heads beyond it take the log-domain path (:func:`_log_marginals_tile`). The limit scales
-    with the dtype's exponent range: float64 160."""
+    :data:`BLOCK` steps between renormalizations stay inside the exponent range, with a margin
+    (float32: 20; the measurement is in ``docs/guide/transfer.md``). Heads beyond it take the
+    log-domain path (:func:`_log_marginals_tile`). The limit scales with the dtype's exponent
+    range: float64 160."""
     return 20.0 * math.log(float(jnp.finfo(dtype).max)) / math.log(float(jnp.finfo("float32").max))
 
 
 def _grad_limit(dtype):
     """The largest ``max_n sum_d |c_nd|`` of a head whose gradient :func:`_vjp_tile` computes in
     probability space: its derivative messages carry sums of ``g`` over keys on top of the
-    messages, which leaves float32's range near 19.3 (``g`` normalized; measured with strong
-    fields); 18 keeps a margin (float64: 144). Heads between it and :func:`_fast_limit` are
-    differentiated through the log-domain path."""
+    messages, so they leave the exponent range before the messages do; 18 keeps a margin below
+    where float32 breaks (float64: 144; see ``docs/guide/transfer.md``). Heads between it and
+    :func:`_fast_limit` are differentiated through the log-domain path."""
     return 0.9 * _fast_limit(dtype)
 
 
@@ -842,7 +843,7 @@ def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
     gradient takes the log-domain path from 18 (float64: 144).
 
     ``coupling_grad=False`` holds ``c`` constant (``stop_gradient``): the gradient then needs
-    no pair statistics and no recomputation inside blocks, and costs about half as much.
+    no pair statistics and no recomputation inside blocks, so it costs less.
 
     ``backend``: where the forward pass runs, ``"auto"`` (default: the compiled kernel of
     :mod:`._native` on the CPU, else JAX), ``"numba"`` or ``"jax"``; the same numbers to float

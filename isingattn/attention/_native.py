@@ -14,9 +14,9 @@ messages (``2^r x LANES`` numbers) stay in the core's cache for the whole chain,
 streams every step's messages through memory and runs one small kernel per step; and the units
 are shared out among threads of the kernel's own (``pthread_create`` from the handler, joined
 before it returns), where XLA's CPU runtime runs a recursion on one thread and the two lanes of
-:mod:`._banded` kept both cores busy only part of the time. Forward pass of ``bench_attention.py``'s
-T = 512 workload (2048 chains of 521 keys per head, 4 heads, r = 8): see ``docs/guide/
-attention.md``.
+:mod:`._banded` keep both cores busy only part of the time. Timings (the forward pass of
+``bench_attention.py``'s T = 512 workload) are in ``docs/guide/attention.md`` and
+``docs/guide/transfer.md``.
 
 Only the forward pass is here; the gradient stays the JAX one (its ``custom_vjp`` needs only the
 fields and couplings). :func:`available` tells whether this path can be used. Every function is
@@ -39,7 +39,7 @@ from .._ffi import numba
 
 TARGET = "isingattn_transfer_marginals"
 #: Queries of one head processed together: the last (contiguous) axis of every message. Shorter
-#: rows measured slower per number (16 queries: 0.31 ns per number and step, 32: 0.11, 64: 0.09).
+#: rows cost more per number (figures in ``docs/guide/transfer.md``).
 LANES = 64
 #: Threads of one call at most (the calling thread included).
 MAX_THREADS = max(1, min(os.cpu_count() or 1, 8))
@@ -80,8 +80,8 @@ if numba is not None:
         # beta_{k-1}(w) = f0 beta_k(w >> 1) + f1 C(w) beta_k((w >> 1) | newest), on messages
         # whose state index is bit-reversed (bit 0 = the newest key), as in _banded: the key
         # summed out is then the lowest bit (adjacent rows) and the key coming in the highest
-        # (the two halves), the memory pattern of the forward step (in the standard order the
-        # step took four times as long as a forward step)
+        # (the two halves), the memory pattern of the forward step (the standard order's
+        # interleaved writes make the step much slower; see docs/guide/transfer.md)
         H = beta.shape[0] // 2
         L = beta.shape[1]
         for j in range(H):

@@ -25,9 +25,9 @@ stream without mixing in a fresh key. For those backends, at a fixed ``beta``, t
 nested loops that touch nothing per sweep but the kernel (burn-in loop, then one loop per kept
 draw over its ``thinning`` sweeps). XLA's CPU runtime executes a loop body whose operations form
 a single dependency chain inline on the calling thread, and hands it to its thread pool
-otherwise; per-sweep key derivation and draw bookkeeping made the body a graph, and the pool's
-hand-offs cost more than a whole checkerboard sweep (Metropolis on a 64 x 64 lattice, 4 chains:
-about 2.3x slower, measured). Large runs (at least :data:`LANE_MIN_UPDATES` spin updates per
+otherwise; per-sweep key derivation and draw bookkeeping would make the body a graph, and the
+pool's hand-offs cost more than a whole checkerboard sweep (figures in ``docs/guide/mcmc.md``,
+Implementation notes). Large runs (at least :data:`LANE_MIN_UPDATES` spin updates per
 sweep) split the chains into :data:`CHAIN_LANES` lanes stepped side by side in one body, so that
 the runtime runs them on different cores; every chain carries its own stream, so the draws do
 not change. Kernels may also supply loop-invariant tables (``prepare``), which the driver
@@ -295,7 +295,7 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
     def models(flat, keys, x0, betas):
         if flat.h.shape[0] == 1:
             # one model: no vmap over models. Batching the model's own arrays turns the
-            # neighbour gathers of sparse sweeps into batched gathers, measured 10x slower on CPU.
+            # neighbour gathers of sparse sweeps into batched gathers, much slower on CPU.
             one = jax.tree_util.tree_map(lambda a: a[0], (flat, keys, x0, betas))
             return jax.tree_util.tree_map(lambda a: a[None], one_model(*one))
         if isinstance(flat, SparseIsingModel) and flat.n * x0.shape[1] >= 4096:
@@ -310,8 +310,8 @@ def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, stre
 # A cheap vectorized uniform stream for the single-site hot loops.
 #
 # Why not jax.random in the loop: a sweep needs one uniform per site and chain, and on CPU
-# threefry costs more than the whole field computation (measured ~6 ns per number vs ~5 ns per
-# spin update). So the kernel state carries xoshiro128** generators (Blackman & Vigna, 2018),
+# threefry costs more than the whole field computation (figures in docs/guide/mcmc.md).
+# So the kernel state carries xoshiro128** generators (Blackman & Vigna, 2018),
 # seeded from the key at init; every sweep XORs 128 fresh threefry bits of its own key into
 # them, so the draws stay a pure function of the keys (same keys, same samples; another sweep
 # key, other draws) while threefry makes 4 words per chain and sweep instead of n.
@@ -603,7 +603,7 @@ class SingleSiteSampler(MCMCSampler):
             Jn = prep["Jn"][c][(...,) + col[1:]]  # (size, degree, 1...)
             xn = xpad[plan.nbr[a:b]]  # (size, degree, *chains)
             # an unrolled sum over the (few) neighbours: as a reduction, XLA hands the product
-            # to a library kernel that ran 4x slower inside the driver's loop (measured)
+            # to a library kernel that is slower inside the driver's loop
             if Jn.shape[1] <= 16:
                 f = h[a:b][col]
                 for j in range(Jn.shape[1]):

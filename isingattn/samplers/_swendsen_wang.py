@@ -34,25 +34,23 @@ Connected components, by ``components``:
 * ``"auto"`` (default): ``"numba"`` where it can run (numba installed, JAX on the CPU), else
   ``"jax"``.
 
-On a 64x64 lattice at beta_c with 4 chains the compiled union-find makes a step about 3x faster
-than the in-JAX labelling, which is about 4x faster than scipy (see ``docs/guide/cluster.md``).
+On the CPU the compiled union-find makes the fastest step, then the in-JAX labelling, then
+scipy (timings in ``docs/guide/cluster.md``).
 
-Speed (why the step looks the way it does; the labelling figures are the in-JAX path's; measured
-on a 2-core CPU, 64x64 torus, 4 chains):
+Speed (why the step looks the way it does; timings and the variants tried and dropped are in
+``docs/guide/cluster.md``, Implementation notes):
 
-* the chains of one step share one flat label array (a batched gather or scatter costs about
-  twice a flat one on CPU);
+* the chains of one step share one flat label array (a batched gather or scatter costs more
+  than a flat one on CPU);
 * graphs that are (subsets of) a periodic ``Lx x Ly`` grid in row-major order — every
   :func:`~isingattn.models.square_lattice`, periodic or open — are recognised once per graph and
   their neighbour gathers become shifts of ``(chain, Lx, Ly)`` arrays; other graphs use padded
   neighbour tables;
 * random bits come from xoshiro128** generators carried in the state, re-keyed from the step
   key when one is given (``key=None`` continues the stream, as the driver does at a fixed beta;
-  as in the single-site samplers): threefry for the ~3 words per site of a step
-  cost about 240 us per step of 4 chains, xoshiro about 60 us; the labelling takes about
-  420 us of a 475 us step (everything but the labelling: 55 us);
-* labels are int16 in groups of up to 2^13 nodes (half the memory traffic of int32: about 9%
-  faster steps);
+  as in the single-site samplers): threefry for the ~3 words per site of a step would cost
+  more than everything in the step but the labelling;
+* labels are int16 in groups of up to 2^13 nodes (half the memory traffic of int32);
 * each cluster's flip is decided once, at its root (the smallest index), and read by its members
   with one gather; the cluster field sums ``H_C`` (a scatter-add) are skipped when ``h = 0``.
 """
@@ -123,7 +121,7 @@ def _get(a, i):
 def _jump2(l):
     # Two pointer jumps l <- l[l]. A fori_loop keeps each gather a separate kernel: unrolled (or
     # as a length-1 loop, which JAX inlines) XLA fuses l[l][l[l]] into one kernel that recomputes
-    # the inner gathers, measured 10x slower.
+    # the inner gathers.
     return jax.lax.fori_loop(0, 2, lambda _, a: _get(a, a), l)
 
 
@@ -140,19 +138,14 @@ def _label(pull, total):
     bonded neighbour ``k`` of ``i`` has ``l_k >= l_i`` (and, the same way, ``l_i >= l_k``): the
     labels are the components and the root is each component's smallest node. (FastSV also
     hooks the node itself, ``l_i <- min(l_i, m_i)``; the fixed point does not need it, and
-    without it the round is 4% faster on one 64 x 64 chain and 21% faster on four, in the
-    same number of rounds: XLA recomputes ``m`` inside each of its consumers, and that one was
-    the costliest.) Every round, the first included, runs inside the loop: there the bond
-    masks that ``pull`` reads are loop inputs, materialized once; a first round outside the
-    loop let XLA fuse the bond computation (random words, rolls) into the pull and cost as
-    much as the whole labelling (measured).
+    without it a round is cheaper in the same number of rounds: XLA recomputes ``m`` inside
+    each of its consumers, and that one is the costliest.) Every round, the first included,
+    runs inside the loop: there the bond masks that ``pull`` reads are loop inputs,
+    materialized once (outside the loop XLA would fuse the bond computation into the pull).
 
     The labels are int16 while ``total`` fits (``total < 2^15``: a group of chains, see
     :func:`_label_chains`), half the memory traffic of int32 in every gather and scatter.
-    Sampling at beta_c, int32 -> int16: 64 x 64 torus, 4 chains 7.7 k -> 8.5 k sweeps/s, 16
-    chains 6.3 k -> 6.8 k; 128 x 128, 4 chains 1.49 k -> 1.65 k (groups of 2^14 int16 nodes,
-    the bytes of 2^13 int32 ones: 7.8 k and 6.6 k on 64 x 64). ``pull`` keeps the labels'
-    dtype. Returns int32 labels."""
+    ``pull`` keeps the labels' dtype. Returns int32 labels."""
     dtype = _label_dtype(total)
     l0 = jnp.arange(total, dtype=dtype)
 
@@ -160,7 +153,7 @@ def _label(pull, total):
         l, _ = c
         m = pull(l)
         # nodes with m_i = l_i would write l[l_i] <- min(l[l_i], l_i), a no-op (l[l_i] <= l_i);
-        # dropping them (index out of range) saves ~15% of the labelling (measured)
+        # dropping them (index out of range) spares the scatter that work
         target = jnp.where(m < l, l, jnp.asarray(total, dtype))
         l2 = _jump2(l.at[target].min(m, mode="drop"))
         return l2, jnp.any(l2 != l)
@@ -211,7 +204,7 @@ def _grid_pull(bond, big):
         g = l.reshape(C, Lx, Ly)
         none = jnp.asarray(big, l.dtype)
         # XLA fuses this into each consumer of the result (the scatter's indices and
-        # updates), a stacked reduction as well as a tree of minimums (the same time)
+        # updates), whether written as a stacked reduction or as a tree of minimums
         return jnp.min(jnp.stack([
             g,
             jnp.where(right, _roll(g, -1, 2), none), jnp.where(left, _roll(g, 1, 2), none),
@@ -228,8 +221,7 @@ def components_jax(n, u, v, bond):
     Same rounds as the sampler's labelling (hook parents with a scatter-min, hook nodes, two
     pointer jumps, until nothing changes), over the edge list: a round gathers the labels at
     both ends of every edge and scatters their minimum onto both ends' labels. Labels are int16
-    while ``n`` fits (:func:`_label_dtype`; Wolff's ``"labels"`` flips on four 64 x 64 chains at
-    beta_c: 2.44 k -> 2.77 k per second)."""
+    while ``n`` fits (:func:`_label_dtype`), half the memory traffic of int32."""
     dtype = _label_dtype(n)
     idx = jnp.arange(n, dtype=dtype)
     if len(u) == 0 or n == 0:
@@ -407,15 +399,10 @@ def _label_chains(plan, links):
     ``(C * n,)``.
 
     Chains are labelled in groups of ``max(1, LABEL_GROUP_NODES // n)`` chains, one group after
-    another (the last padded with unbonded chains): a group's label array then stays in the
-    core's cache, where one labelling of all chains at once slowed every gather and scatter of
-    its rounds. Measured (sweeps per second, all chains, at beta_c): 64 x 64 torus, 16 chains
-    5636 -> 7114, 8 chains 6316 -> 7229; 128 x 128, 4 chains 1273 -> 1609; 16 x 16 with 64
-    chains and 32 x 32 with 16 the same within 2%. Groups of 2^12, 2^13, 2^14 and 2^15 nodes
-    gave 8704, 8643, 8135 and 8115 sweeps/s on 4 chains of 64 x 64 and 6940, 7114, 7156 and
-    6517 on 16. The groups as separate loops of one program instead of one ``lax.map``: 8.13 k
-    against 8.64 k sweeps/s on 4 chains (int16 labels, in the sampling driver). The roots do
-    not depend on the grouping, so neither do the draws."""
+    another (the last padded with unbonded chains, one ``lax.map`` over the groups): a group's
+    label array then stays in the core's cache, where one labelling of all chains at once
+    slows every gather and scatter of its rounds (timings in ``docs/guide/cluster.md``). The
+    roots do not depend on the grouping, so neither do the draws."""
     C, n = links.shape[0], plan.n
 
     def label(b):
@@ -440,8 +427,8 @@ def _label_chains(plan, links):
 
 def _native_roots(plan, links):
     """Each chain's roots ``(C, n)`` (local indices) by the compiled union-find of
-    :mod:`._native`, all chains in one custom call (two calls on two halves of the chains ran
-    one after the other: 262 against 255 us per step of four 64 x 64 chains)."""
+    :mod:`._native`, all chains in one custom call (XLA runs two custom calls one after the
+    other, so splitting the chains between calls gains nothing)."""
     if plan.grid is not None:
         return _native.grid_roots(links)
     return _native.table_roots(links, plan.nbr)
@@ -492,7 +479,7 @@ class SwendsenWangSampler(MCMCSampler):
     Args:
       components: how clusters are labelled: ``"auto"`` (default: ``"numba"`` where it can
         run, numba installed and JAX on the CPU, else ``"jax"``), ``"numba"`` (a compiled
-        union-find called as an XLA custom call; compiled on first use, about 1-2 s once per
+        union-find called as an XLA custom call; compiled by numba on first use in a
         process), ``"jax"`` (in-JAX parent hooking + pointer jumping, any backend) or
         ``"scipy"`` (``scipy.sparse.csgraph.connected_components`` on the host via
         ``jax.pure_callback``). All give the same labels, hence the same chains for the same
@@ -549,7 +536,7 @@ class SwendsenWangSampler(MCMCSampler):
 
         rng = states.rng if keys is None else jax.vmap(xoshiro_mix)(states.rng, keys)
         # a scan, not a Python loop: its outputs are materialized once, where unrolled draws
-        # were fused (and recomputed) into every consumer, the flip gather included (measured)
+        # would be fused (and recomputed) into every consumer, the flip gather included
         rng, words = jax.lax.scan(lambda r, _: xoshiro_next(r), rng, None, length=plan.draws)
         if plan.grid is not None:  # lanes = n: draws 0, 1 = right, down bonds; 2 = flips
             w_bond, w_flip = words[:2], words[2]
