@@ -901,21 +901,18 @@ def _causal_packing(T, S, r):
 
 
 def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partition=False,
-                       backend="auto"):
+                       backend="auto", coupling_grad=True):
     """Marginals of every (batch, head, query) model of the layer (layout ``(B, N, T, S)``).
 
     ``causal``: the mask allows no key after the query's position (``k <= t``); rows are then
-    packed in pairs so that the chains hold only the keys that can be allowed. Frozen couplings
-    (``fixed``, ``random``) at a concrete ``beta`` get no gradient, so the kernel skips the
-    coupling gradient's statistics. ``log_partition=True`` adds ``log Z`` per query ``(B, N,
+    packed in pairs so that the chains hold only the keys that can be allowed.
+    ``coupling_grad=False`` (no gradient can reach ``beta * J``: frozen couplings at a concrete
+    ``beta``) skips the coupling gradient's statistics. ``log_partition=True`` adds ``log Z`` per query ``(B, N,
     T)``: one more forward pass over unpacked rows (:func:`banded_chain_log_partition`, JAX
     autodiff), the softmax-limit rows in closed form. ``backend``: where the marginals' forward
     pass runs (:func:`banded_chain_marginals`).
     """
-    from .._validation import is_concrete
-    from ._methods import Inference
-
-    coupling_grad = not (couplings.kind in ("fixed", "random") and is_concrete(beta))
+    from ._inference import Inference
 
     B, N, T, S = h.shape
     c = jnp.broadcast_to(beta * couplings.band(S).astype(h.dtype), (N, r))

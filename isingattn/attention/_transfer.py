@@ -54,4 +54,5 @@ class Transfer:
         from ._banded import transfer_inference
 
         return transfer_inference(h, mask, couplings, beta, r, causal=causal,
-                                  log_partition=log_partition, backend=self.backend)
+                                  log_partition=log_partition, backend=self.backend,
+                                  coupling_grad=coupling_grad)

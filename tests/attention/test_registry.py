@@ -85,3 +85,19 @@ def test_registry_errors(registry):
         resolve_method("sampled")
     with pytest.raises(ValueError, match="one following InferenceMethod"):
         resolve_method(object())
+
+
+def test_coupling_grad_says_whether_a_gradient_can_reach_the_couplings(registry):
+    """Frozen couplings at a concrete beta: False (transfer skips that part of its gradient);
+    learned couplings, or a traced beta: True."""
+    rec = _Recording()
+    register_method("recording", lambda: rec)
+    q, k, v = _qkv()
+    w = 0.4 * jnp.ones((2, 2))
+    frozen = Couplings.fixed(w, "banded")
+    boltzmann_attention(q, k, v, couplings=frozen, method="recording")
+    jax.grad(lambda b: jnp.sum(boltzmann_attention(q, k, v, couplings=frozen, beta=b,
+                                                   method="recording")))(1.0)
+    learned = Couplings.learned(2, "banded", bandwidth=2).replace(w)
+    boltzmann_attention(q, k, v, couplings=learned, method="recording")
+    assert [c["coupling_grad"] for c in rec.calls] == [False, True, True]
