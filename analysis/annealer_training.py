@@ -48,6 +48,7 @@ import time
 import numpy as np
 from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
 
+from isingattn.attention._calibration import MAX_RELATIVE_SE
 from isingattn.experiments import TrainConfig
 from isingattn.experiments._stats import mean_interval, paired_difference
 
@@ -214,16 +215,13 @@ def _read_csv(path):
         return list(csv.DictReader(f))
 
 
-#: Standard error of a measured effective temperature, relative to it, above which the
-#: measurement is not reported (the same 20% below which calibration does not act on it:
-#: learned couplings start at 0, so gamma_J is unidentified early in training).
-MAX_RELATIVE_SE = 0.2
 
 
 def _head_mean(records, step, name):
     """Mean over layers and heads of ``name`` in the first round of the measurement at ``step``
     (the sampler as it was programmed during the steps before), for ``gamma_h`` / ``gamma_J``
-    over the heads where it is measured to :data:`MAX_RELATIVE_SE`."""
+    over the heads where it is measured to ``MAX_RELATIVE_SE`` of beta (the rule calibration
+    acts by; learned couplings start at 0, so gamma_J is unidentified early in training)."""
     sel = [r for r in records if int(r["step"]) == step and int(r["round"]) == 0]
     vals = []
     for r in sel:
@@ -233,7 +231,7 @@ def _head_mean(records, step, name):
         se = {"gamma_h": "se_h", "gamma_J": "se_J"}.get(name)
         if se is not None:
             e = float(r[se]) if r[se] not in ("", "nan") else math.nan
-            if not (math.isfinite(e) and v > 0 and e < MAX_RELATIVE_SE * v):
+            if not (math.isfinite(e) and v > 0 and e < MAX_RELATIVE_SE * float(r["beta"])):
                 continue
         if math.isfinite(v):
             vals.append(v)

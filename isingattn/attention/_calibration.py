@@ -48,6 +48,11 @@ _MAX_STEP = 8.0
 #: gamma_h levels off; raising the scale only lengthens the simulation, whose step count grows
 #: with the fields).
 MIN_RESPONSE = 0.25
+#: A measured ``gamma`` acts (and is reported) only when its standard error is below this
+#: fraction of the target ``beta``. Relative to the estimate instead, a noisy overestimate passed
+#: more easily than an underestimate (se 0.24 passes at gamma 1.9, not at 1.0), which biased the
+#: accepted values of weakly identified couplings upward.
+MAX_RELATIVE_SE = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,8 +330,8 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
     ``c``: the short-anneal law) or, given the ``previous`` round's ``(scales, fits)``, the
     secant slope ``d log gamma / d log c`` (within [0.2, 2]; outside the short-anneal regime
     ``gamma`` grows slower than ``c``). A change of at most a factor 8 per round, scales within
-    [1e-3, 1e4]; a component not measured to 20% (no couplings yet, too few draws) or not
-    positive keeps its value, and so does one whose measured slope is below
+    [1e-3, 1e4]; a component whose standard error exceeds :data:`MAX_RELATIVE_SE` times ``beta``
+    (no couplings yet, too few draws) or that is not positive keeps its value, and so does one whose measured slope is below
     :data:`MIN_RESPONSE` when the round would move it further the same way (saturation: the
     sampler cannot reach ``beta`` by rescaling)."""
     c = np.array(scales, np.float64)
@@ -335,7 +340,8 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
         n = f["head"]
         for j, (name, se) in enumerate((("gamma_h", "se_h"), ("gamma_J", "se_J"))):
             g, err = f[name], f[se]
-            if not (math.isfinite(g) and g > 0 and math.isfinite(err) and err < 0.2 * g):
+            if not (math.isfinite(g) and g > 0 and math.isfinite(err)
+                    and err < MAX_RELATIVE_SE * beta):
                 continue
             k = 1.0
             p = prev.get(n)
