@@ -17,22 +17,38 @@ import ctypes
 import functools
 
 import jax
+import numba
 import numpy as np
+from llvmlite import ir
+from numba import carray, types
+from numba.extending import intrinsic
 
-try:  # numba is a dependency; without it callers fall back to their JAX paths
-    import numba
-    from llvmlite import ir
-    from numba import carray, types
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    numba = None
+#: What a ``backend`` (``components``) argument of a compiled-kernel user may say.
+BACKENDS = ("auto", "numba", "jax")
 
 
 def available():
-    """Whether compiled kernels can be used: numba imports, this JAX has the typed FFI
-    (``jax.ffi.ffi_call``) and runs on the CPU."""
-    return (numba is not None and hasattr(jax, "ffi") and hasattr(jax.ffi, "ffi_call")
-            and jax.default_backend() == "cpu")
+    """Whether compiled kernels can be used: this JAX has the typed FFI (``jax.ffi.ffi_call``)
+    and runs on the CPU (the kernels are CPU code; on an accelerator the JAX paths run)."""
+    return hasattr(jax, "ffi") and hasattr(jax.ffi, "ffi_call") and jax.default_backend() == "cpu"
+
+
+def resolve_backend(backend, *, parameter="backend", usable=available) -> str:
+    """``"numba"`` or ``"jax"``: where a kernel asked for as ``backend`` runs. ``"auto"`` is
+    ``"numba"`` where ``usable()`` (default :func:`available`; a caller passes one that also
+    registers its kernel, and warns and returns False if XLA refuses it), else ``"jax"``;
+    ``"numba"`` where the compiled kernels cannot run raises ``ValueError`` naming
+    ``parameter``, JAX's platform and the alternative; ``"jax"`` is itself. The one place the
+    policy is written; the compiled-kernel users call it."""
+    from ._validation import check_choice
+
+    check_choice(parameter, backend, BACKENDS)
+    if backend == "auto":
+        return "numba" if usable() else "jax"
+    if backend == "numba" and not available():
+        raise ValueError(f"{parameter}='numba' runs compiled CPU kernels; JAX's default backend "
+                         f"is {jax.default_backend()!r}: use {parameter}='jax' (or 'auto')")
+    return backend
 
 
 # Offsets in 8-byte words, from xla/ffi/api/c_api.h (64-bit platforms):
@@ -61,73 +77,72 @@ _MESSAGE = np.frombuffer(
 _ERROR_ARGS = np.array([28, 0, _MESSAGE.ctypes.data, _INVALID_ARGUMENT], np.int64)
 _ERROR_ARGS_ADDRESS = int(_ERROR_ARGS.ctypes.data)
 
-if numba is not None:
 
-    @intrinsic
-    def ptr(typingctx, address):
-        """An int64 address as a void pointer."""
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
-        return types.voidptr(types.int64), codegen
+@intrinsic
+def ptr(typingctx, address):
+    """An int64 address as a void pointer."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+    return types.voidptr(types.int64), codegen
 
-    @intrinsic
-    def _call(typingctx, function, argument):
-        """Call the C function ``void* f(void*)`` at address ``function`` with ``argument``."""
-        def codegen(context, builder, signature, args):
-            vp = context.get_value_type(types.voidptr)
-            f = builder.inttoptr(args[0], ir.FunctionType(vp, [vp]).as_pointer())
-            return builder.call(f, [builder.inttoptr(args[1], vp)])
-        return types.voidptr(types.int64, types.int64), codegen
+@intrinsic
+def _call(typingctx, function, argument):
+    """Call the C function ``void* f(void*)`` at address ``function`` with ``argument``."""
+    def codegen(context, builder, signature, args):
+        vp = context.get_value_type(types.voidptr)
+        f = builder.inttoptr(args[0], ir.FunctionType(vp, [vp]).as_pointer())
+        return builder.call(f, [builder.inttoptr(args[1], vp)])
+    return types.voidptr(types.int64, types.int64), codegen
 
-    @numba.njit(inline="always")
-    def words(address, n):
-        return carray(ptr(address), (n,), dtype=np.int64)
+@numba.njit(inline="always")
+def words(address, n):
+    return carray(ptr(address), (n,), dtype=np.int64)
 
-    @numba.njit(inline="always")
-    def error(frame):
-        return _call(words(frame[2], 7)[6], _ERROR_ARGS_ADDRESS)
+@numba.njit(inline="always")
+def error(frame):
+    return _call(words(frame[2], 7)[6], _ERROR_ARGS_ADDRESS)
 
-    @numba.njit(inline="always")
-    def metadata(frame):
-        """Answer XLA's metadata query (API version, no traits); True if this was one."""
-        if frame[1] == 0:
-            return False
-        ext = words(frame[1], 4)
-        if (ext[1] & 0xFFFFFFFF) != _METADATA_EXTENSION:
-            return False
-        md = words(ext[3], 5)
-        md[1] = 24  # XLA_FFI_Api_Version: struct_size, no extensions, major | minor << 32
-        md[2] = 0
-        md[3] = _API_VERSION[0] | (_API_VERSION[1] << 32)
-        md[4] = 0  # traits (uint32; the rest of the word is padding)
-        if md[0] >= 48:
-            words(ext[3], 6)[5] = 0  # state_type_id: XLA_FFI_UNKNOWN_TYPE_ID
-        return True
+@numba.njit(inline="always")
+def metadata(frame):
+    """Answer XLA's metadata query (API version, no traits); True if this was one."""
+    if frame[1] == 0:
+        return False
+    ext = words(frame[1], 4)
+    if (ext[1] & 0xFFFFFFFF) != _METADATA_EXTENSION:
+        return False
+    md = words(ext[3], 5)
+    md[1] = 24  # XLA_FFI_Api_Version: struct_size, no extensions, major | minor << 32
+    md[2] = 0
+    md[3] = _API_VERSION[0] | (_API_VERSION[1] << 32)
+    md[4] = 0  # traits (uint32; the rest of the word is padding)
+    if md[0] >= 48:
+        words(ext[3], 6)[5] = 0  # state_type_id: XLA_FFI_UNKNOWN_TYPE_ID
+    return True
 
-    @numba.njit(inline="always")
-    def frame_ok(frame, nargs):
-        return (frame[0] >= 8 * FRAME_WORDS and frame[5] >= _ARGS_SIZE and frame[7] == nargs
-                and frame[10] >= _RETS_SIZE and frame[12] == 1)
+@numba.njit(inline="always")
+def frame_ok(frame, nargs):
+    return (frame[0] >= 8 * FRAME_WORDS and frame[5] >= _ARGS_SIZE and frame[7] == nargs
+            and frame[10] >= _RETS_SIZE and frame[12] == 1)
 
-    @numba.njit(inline="always")
-    def buffer(address, dtype, min_rank):
-        """``(data, rank, dims)`` of an XLA_FFI_Buffer, or rank -1 if it is not as expected."""
-        b = words(address, 6)
-        if b[0] < _BUFFER_SIZE or (b[2] & 0xFFFFFFFF) != dtype or b[4] < min_rank:
-            return b[3], -1, b[5]
-        return b[3], b[4], b[5]
+@numba.njit(inline="always")
+def buffer(address, dtype, min_rank):
+    """``(data, rank, dims)`` of an XLA_FFI_Buffer, or rank -1 if it is not as expected."""
+    b = words(address, 6)
+    if b[0] < _BUFFER_SIZE or (b[2] & 0xFFFFFFFF) != dtype or b[4] < min_rank:
+        return b[3], -1, b[5]
+    return b[3], b[4], b[5]
 
-    @numba.njit(inline="always")
-    def dtype_of(address):
-        """The XLA_FFI_DataType of an XLA_FFI_Buffer."""
-        return words(address, 6)[2] & 0xFFFFFFFF
+@numba.njit(inline="always")
+def dtype_of(address):
+    """The XLA_FFI_DataType of an XLA_FFI_Buffer."""
+    return words(address, 6)[2] & 0xFFFFFFFF
 
-    @numba.njit(inline="always")
-    def lead(dims, rank, trailing):
-        m = 1
-        for k in range(rank - trailing):
-            m *= dims[k]
-        return m
+@numba.njit(inline="always")
+def lead(dims, rank, trailing):
+    m = 1
+    for k in range(rank - trailing):
+        m *= dims[k]
+    return m
 
 
 @functools.cache
@@ -137,8 +152,6 @@ def register(target, compile_handler):
     ``compile_handler()`` returns the numba ``cfunc``, or a tuple of it and the other functions
     it calls by address (kept alive here). Numba compiles a ``cfunc`` where it is defined, hence
     in ``compile_handler``, on first use, not at import."""
-    if numba is None:
-        raise RuntimeError(f"the compiled kernel {target!r} needs numba (pip install numba)")
     capsule = ctypes.pythonapi.PyCapsule_New
     capsule.restype = ctypes.py_object
     capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)

@@ -81,8 +81,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from .. import _vma
-from .._validation import check_choice
+from .. import _ffi, _vma
 from . import _native
 
 #: Steps between exact renormalizations of the messages (and the checkpoint spacing).
@@ -789,18 +788,13 @@ def _partitioned_bwd(r, coupling_grad):
 _native_core.defvjp(_native_fwd, _native_bwd)
 
 #: Where the forward pass of :func:`banded_chain_marginals` runs: ``"auto"`` (the compiled
-#: kernel of :mod:`._native` where it can run: numba installed, JAX on the CPU; else JAX),
+#: kernel of :mod:`._native` where it can run: JAX on the CPU; else JAX),
 #: ``"numba"`` or ``"jax"``.
-BACKENDS = ("auto", "numba", "jax")
+BACKENDS = _ffi.BACKENDS
 
 
 def _use_native(backend):
-    check_choice("backend", backend, BACKENDS)
-    if backend == "auto":
-        return _native.available()
-    if backend == "numba" and not _native.available():
-        raise ValueError("backend='numba' needs numba and JAX on the CPU; use backend='jax'")
-    return backend == "numba"
+    return _ffi.resolve_backend(backend) == "numba"
 
 
 def _chain_values(a, c, coupling_grad, backend):

@@ -23,8 +23,8 @@ graphs (chains, or models under ``jax.vmap``), labelled one after another on the
 
 The handlers speak the XLA FFI C API through :mod:`isingattn._ffi` (struct sizes, dtypes and
 ranks checked; a mismatch is the API's own error, not a wrong read). Only the CPU platform is
-registered; :func:`available` tells whether this path can be used (numba installed, JAX on the
-CPU).
+registered; :func:`available` tells whether this path can be used (JAX on the CPU), and
+``isingattn._ffi.resolve_backend`` is the policy every compiled-kernel user applies.
 """
 
 from __future__ import annotations
@@ -35,115 +35,111 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
+from numba import carray, types
 
 from .. import _ffi, _vma
-from .._ffi import numba
-
-if numba is not None:
-    from numba import carray, types
-
-    from .._ffi import buffer, error, frame_ok, lead, metadata, ptr, words
+from .._ffi import buffer, error, frame_ok, lead, metadata, ptr, words
 
 GRID_TARGET = "isingattn_union_find_grid"
 TABLE_TARGET = "isingattn_union_find_table"
 
 
 def available():
-    """Whether the compiled union-find can be used: numba imports, this JAX has the typed FFI
+    """Whether the compiled union-find can be used: this JAX has the typed FFI
     (``jax.ffi.ffi_call``) and runs on the CPU."""
     return _ffi.available()
 
 
 # ----------------------------------------------------------------------------- union-find
-if numba is not None:
 
-    @numba.njit(nogil=True, boundscheck=False, inline="always")
-    def _find(p, i):
-        # path halving: every visited node skips its parent
-        while p[i] != i:
-            g = p[p[i]]
-            p[i] = g
-            i = g
-        return i
+@numba.njit(nogil=True, boundscheck=False, inline="always")
+def _find(p, i):
+    # path halving: every visited node skips its parent
+    while p[i] != i:
+        g = p[p[i]]
+        p[i] = g
+        i = g
+    return i
 
-    @numba.njit(nogil=True, boundscheck=False, inline="always")
-    def _union(p, a, b):
-        a = _find(p, a)
-        b = _find(p, b)
-        p[max(a, b)] = min(a, b)  # no branch (a == b writes a root onto itself)
+@numba.njit(nogil=True, boundscheck=False, inline="always")
+def _union(p, a, b):
+    a = _find(p, a)
+    b = _find(p, b)
+    p[max(a, b)] = min(a, b)  # no branch (a == b writes a root onto itself)
 
-    @numba.njit(nogil=True, boundscheck=False, inline="always")
-    def _flatten(p):
-        # parents precede their children, so in index order every parent is final already
-        # (a root's parent is itself; no branch: a mispredicted one per node costs more)
-        for i in range(p.shape[0]):
-            p[i] = p[p[i]]
+@numba.njit(nogil=True, boundscheck=False, inline="always")
+def _flatten(p):
+    # parents precede their children, so in index order every parent is final already
+    # (a root's parent is itself; no branch: a mispredicted one per node costs more)
+    for i in range(p.shape[0]):
+        p[i] = p[p[i]]
 
-    @numba.njit(nogil=True, boundscheck=False, cache=True)
-    def label_grid(bond, out):
-        """Roots of ``bond`` ``(M, 2, Lx, Ly)`` bool into ``out`` ``(M, Lx * Ly)`` int32.
+@numba.njit(nogil=True, boundscheck=False, cache=True)
+def label_grid(bond, out):
+    """Roots of ``bond`` ``(M, 2, Lx, Ly)`` bool into ``out`` ``(M, Lx * Ly)`` int32.
 
-        A raster scan gives each site the parent of its left or upper bonded neighbour (the
-        smaller one if both are bonded, else itself); where both are bonded and their parents
-        differ, the union of the two trees is left for a second pass. The scan is written
-        without branches (bonds as 0/1 factors, the deferred sites appended with a counter):
-        the bonds are random, and as ``if``s they cost about a mispredicted branch per site
-        (four 64 x 64 chains at beta_c, fresh bonds every call: 77 us, against 136 us for the
-        same scan with branches that unites the trees at once)."""
-        M, _, Lx, Ly = bond.shape
-        deferred = np.empty(Lx * Ly, np.int32)
-        bits = bond.view(np.uint8)
-        for c in range(M):
-            p = out[c]
-            right = bits[c, 0]
-            down = bits[c, 1]
-            k = 0
-            prev = 0
-            p[0] = 0
-            for q in range(1, Ly):  # the first row: left neighbours only
-                left = np.int32(right[0, q - 1])
-                prev = prev * left + q * (1 - left)
-                p[q] = prev
-            for r in range(1, Lx):
-                base = r * Ly
-                up = np.int32(down[r - 1, 0])
-                prev = p[base - Ly] * up + base * (1 - up)
-                p[base] = prev
-                for q in range(1, Ly):
-                    i = base + q
-                    left = np.int32(right[r, q - 1])
-                    up = np.int32(down[r - 1, q])
-                    a = prev * left + i * (1 - left)
-                    b = p[i - Ly] * up + i * (1 - up)
-                    prev = min(a, b)
-                    p[i] = prev
-                    deferred[k] = i
-                    k += left & up & np.int32(a != b)
-            for j in range(k):
-                _union(p, deferred[j] - 1, deferred[j] - Ly)
-            for r in range(Lx):  # the wrap-around bonds
-                if right[r, Ly - 1]:
-                    _union(p, r * Ly + Ly - 1, r * Ly)
-            for q in range(Ly):
-                if down[Lx - 1, q]:
-                    _union(p, (Lx - 1) * Ly + q, q)
-            _flatten(p)
+    A raster scan gives each site the parent of its left or upper bonded neighbour (the
+    smaller one if both are bonded, else itself); where both are bonded and their parents
+    differ, the union of the two trees is left for a second pass. The scan is written
+    without branches (bonds as 0/1 factors, the deferred sites appended with a counter):
+    the bonds are random, and as ``if``s they cost about a mispredicted branch per site
+    (four 64 x 64 chains at beta_c, fresh bonds every call: 77 us, against 136 us for the
+    same scan with branches that unites the trees at once)."""
+    M, _, Lx, Ly = bond.shape
+    deferred = np.empty(Lx * Ly, np.int32)
+    bits = bond.view(np.uint8)
+    for c in range(M):
+        p = out[c]
+        right = bits[c, 0]
+        down = bits[c, 1]
+        k = 0
+        prev = 0
+        p[0] = 0
+        for q in range(1, Ly):  # the first row: left neighbours only
+            left = np.int32(right[0, q - 1])
+            prev = prev * left + q * (1 - left)
+            p[q] = prev
+        for r in range(1, Lx):
+            base = r * Ly
+            up = np.int32(down[r - 1, 0])
+            prev = p[base - Ly] * up + base * (1 - up)
+            p[base] = prev
+            for q in range(1, Ly):
+                i = base + q
+                left = np.int32(right[r, q - 1])
+                up = np.int32(down[r - 1, q])
+                a = prev * left + i * (1 - left)
+                b = p[i - Ly] * up + i * (1 - up)
+                prev = min(a, b)
+                p[i] = prev
+                deferred[k] = i
+                k += left & up & np.int32(a != b)
+        for j in range(k):
+            _union(p, deferred[j] - 1, deferred[j] - Ly)
+        for r in range(Lx):  # the wrap-around bonds
+            if right[r, Ly - 1]:
+                _union(p, r * Ly + Ly - 1, r * Ly)
+        for q in range(Ly):
+            if down[Lx - 1, q]:
+                _union(p, (Lx - 1) * Ly + q, q)
+        _flatten(p)
 
-    @numba.njit(nogil=True, boundscheck=False, cache=True)
-    def label_table(bonded, nbr, out):
-        """Roots of ``bonded`` ``(M, n, d)`` bool with neighbours ``nbr`` ``(n, d)`` into
-        ``out`` ``(M, n)`` int32."""
-        M, n, d = bonded.shape
-        for c in range(M):
-            p = out[c]
-            for i in range(n):
-                p[i] = i
-            for i in range(n):
-                for k in range(d):
-                    if bonded[c, i, k]:
-                        _union(p, i, nbr[i, k])
-            _flatten(p)
+@numba.njit(nogil=True, boundscheck=False, cache=True)
+def label_table(bonded, nbr, out):
+    """Roots of ``bonded`` ``(M, n, d)`` bool with neighbours ``nbr`` ``(n, d)`` into
+    ``out`` ``(M, n)`` int32."""
+    M, n, d = bonded.shape
+    for c in range(M):
+        p = out[c]
+        for i in range(n):
+            p[i] = i
+        for i in range(n):
+            for k in range(d):
+                if bonded[c, i, k]:
+                    _union(p, i, nbr[i, k])
+        _flatten(p)
 
 
 # ----------------------------------------------------------------------------- XLA handlers

@@ -31,7 +31,7 @@ Connected components, by ``components``:
   on any backend.
 * ``"scipy"``: ``scipy.sparse.csgraph.connected_components`` on the host through
   ``jax.pure_callback`` (one call per step for all chains at once).
-* ``"auto"`` (default): ``"numba"`` where it can run (numba installed, JAX on the CPU), else
+* ``"auto"`` (default): ``"numba"`` where it can run (JAX on the CPU), else
   ``"jax"``.
 
 On the CPU the compiled union-find makes the fastest step, then the in-JAX labelling, then
@@ -452,20 +452,15 @@ def edge_bond_roots(plan, bond):
 
 def resolve_components(components, grid=True):
     """The labelling that ``components`` stands for on a graph that is a grid (``grid``) or
-    not: ``"auto"`` is ``"numba"`` where the compiled union-find can run (numba installed, JAX
-    on the CPU, its kernel registered with XLA: :func:`._native.usable`), else ``"jax"``;
-    every other value stands for itself."""
-    if components == "auto":
-        return "numba" if _native.usable(_native.GRID_TARGET if grid
-                                          else _native.TABLE_TARGET) else "jax"
-    if components == "numba":
-        if _ffi.numba is None:
-            raise ImportError("components='numba' needs numba (pip install numba); "
-                              "components='jax' needs nothing more")
-        if jax.default_backend() != "cpu":
-            raise ValueError("components='numba' runs on the CPU only; JAX's default backend "
-                             f"is {jax.default_backend()!r}: use components='jax' (or 'auto')")
-    return components
+    not (``isingattn._ffi.resolve_backend``): ``"auto"`` is ``"numba"`` where the compiled
+    union-find can run (JAX on the CPU, its kernel registered with XLA:
+    :func:`._native.usable`), else ``"jax"``; ``"numba"`` off the CPU is a ``ValueError``;
+    ``"jax"`` and ``"scipy"`` stand for themselves."""
+    if components == "scipy":
+        return components
+    target = _native.GRID_TARGET if grid else _native.TABLE_TARGET
+    return _ffi.resolve_backend(components, parameter="components",
+                                usable=lambda: _native.usable(target))
 
 
 # ----------------------------------------------------------------------------- the sampler
@@ -478,7 +473,7 @@ class SwendsenWangSampler(MCMCSampler):
 
     Args:
       components: how clusters are labelled: ``"auto"`` (default: ``"numba"`` where it can
-        run, numba installed and JAX on the CPU, else ``"jax"``), ``"numba"`` (a compiled
+        run, JAX on the CPU, else ``"jax"``), ``"numba"`` (a compiled
         union-find called as an XLA custom call; compiled by numba on first use in a
         process), ``"jax"`` (in-JAX parent hooking + pointer jumping, any backend) or
         ``"scipy"`` (``scipy.sparse.csgraph.connected_components`` on the host via
