@@ -42,7 +42,7 @@ import numpy as np
 from .._validation import check_choice, check_positive_int, is_concrete
 from ..models import SparseIsingModel
 from ._mcmc import MCMCSampler
-from ._swendsen_wang import (
+from ._clusters import (
     _plan,
     components_jax,
     edge_bond_roots,

@@ -21,7 +21,7 @@ from isingattn import exact
 from isingattn.exact import BETA_C, kaufman_mean_energy
 from isingattn.models import IsingModel, chain, square_lattice
 from isingattn.samplers import BACKENDS, SwendsenWangSampler, WolffSampler
-from isingattn.samplers._swendsen_wang import components_jax
+from isingattn.samplers._clusters import components_jax
 
 from .._stats import ALPHA, assert_chi2_matches, assert_mean_within_mcse, ess
 
@@ -37,7 +37,7 @@ def _t_quantile(df):
 def test_components_match_scipy(wide, monkeypatch):
     # int16 labels for small graphs; wide=True forces the int32 path (2^15 nodes or more)
     if wide:
-        import isingattn.samplers._swendsen_wang as swm
+        import isingattn.samplers._clusters as swm
 
         monkeypatch.setattr(swm, "_label_dtype", lambda total: jnp.int32)
     model = square_lattice((12, 10))

@@ -15,7 +15,7 @@ import pytest
 from isingattn import _ffi
 from isingattn.models import SparseIsingModel, chain, square_lattice
 from isingattn.samplers import SwendsenWangSampler, WolffSampler, _native
-from isingattn.samplers import _swendsen_wang as swm
+from isingattn.samplers import _clusters as swm
 
 from ._components import scipy_roots
 

@@ -17,7 +17,7 @@ import pytest
 
 from isingattn.models import SparseIsingModel, chain, square_lattice
 from isingattn.samplers import SwendsenWangSampler
-from isingattn.samplers._swendsen_wang import (
+from isingattn.samplers._clusters import (
     _grid_pull,
     _label,
     _label_dtype,
@@ -68,7 +68,7 @@ def test_grid_layout_any_edge_order_and_non_grids():
 @pytest.fixture(params=["int16", "int32"])
 def label_dtype(request, monkeypatch):
     # small graphs get int16 labels; the int32 path (2^15 nodes or more) is forced here
-    import isingattn.samplers._swendsen_wang as swm
+    import isingattn.samplers._clusters as swm
 
     if request.param == "int32":
         monkeypatch.setattr(swm, "_label_dtype", lambda total: jnp.int32)
@@ -127,7 +127,7 @@ def test_step_chains_equals_one_chain_steps(components, group, monkeypatch):
     # the driver calls step_chains (all chains labelled at once, or in the in-JAX labelling in
     # groups of `group` chains: 5 chains = 2 + 2 + 1 and a padding chain); it must equal
     # vmap(step)
-    import isingattn.samplers._swendsen_wang as swm
+    import isingattn.samplers._clusters as swm
 
     for m in (square_lattice((4, 5), J=0.9, h=0.2, beta=0.5),
               chain(7, J=-0.7, h=0.1, beta=0.9).to_dense()):
