@@ -17,7 +17,14 @@ The module, the ``attention_fn`` and the transformer are loaded on first access 
 flax).
 """
 
-from ._calibration import CALIBRATION_MODES, Calibration, calibrate_model, fit_effective_betas
+from ._calibration import (
+    CALIBRATION_MODES,
+    MAX_PROBE_KEYS,
+    Calibration,
+    calibrate_model,
+    fit_effective_betas,
+    formula_record,
+)
 from ._couplings import KINDS, STRUCTURES, Couplings, CouplingSpec
 from ._exact import MAX_EXACT_KEYS, Exact
 from ._function import READOUTS, AttentionInfo, boltzmann_attention
@@ -50,6 +57,7 @@ __all__ = [
     "CALIBRATION_MODES",
     "KINDS",
     "MAX_EXACT_KEYS",
+    "MAX_PROBE_KEYS",
     "POSITIONAL",
     "READOUTS",
     "STRUCTURES",
@@ -73,6 +81,7 @@ __all__ = [
     "boltzmann_attention_fn",
     "calibrate_model",
     "fit_effective_betas",
+    "formula_record",
     "method_names",
     "register_method",
     "resolve_method",

@@ -132,7 +132,10 @@ def initial_scales(method, beta: float) -> tuple[float, float]:
 
 
 def formula_record(method, beta: float) -> dict:
-    """What the formula says about the backend (for a run's ``config.json``)."""
+    """What the short-anneal formula says about ``method``'s backend at ``beta``, as recorded in
+    a training run's ``config.json``: ``formula_scales`` (``(c_h, c_J)``, or None where the
+    backend has no formula, with ``formula`` saying why) and, for the diabatic simulator, the
+    anneal's effective ``beta_h``, ``beta_J`` and phases."""
     from ..samplers import DiabaticAnnealingSampler
 
     out = {}

@@ -7,7 +7,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from ._inference import _BIG, Inference, independent
+from .._constants import BIG as _BIG
+from ._inference import Inference, independent
 
 #: Largest number of keys ``S`` the ``exact`` method enumerates (``2^S`` patterns per query).
 MAX_EXACT_KEYS = 16

@@ -27,9 +27,6 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
-#: A finite stand-in for ``-inf`` in the fields of masked keys (``exp`` of it is 0).
-_BIG = 1e30
-
 
 class Inference(NamedTuple):
     """What a method returns for ``B x N x T`` queries over ``S`` keys: ``expectation`` and

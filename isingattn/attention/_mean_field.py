@@ -10,9 +10,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._constants import BIG as _BIG
 from .._validation import check_choice, check_positive_int
 from .._vma import carry_like
-from ._inference import _BIG, Inference, _normalize_rows, independent
+from ._inference import Inference, _normalize_rows, independent
 
 #
 # Internally the state of a mean-field solve is a tuple of query tiles in a heads-first layout

@@ -50,7 +50,7 @@ def _sample_host(backend, model, key, num_samples, num_chains, options):
     from ..samplers import QPUSampler, host_sample_callback
 
     if isinstance(backend, QPUSampler):
-        from ..samplers._qpu_tiled import TiledQPUSampler
+        from ..samplers import TiledQPUSampler
 
         backend = TiledQPUSampler(backend)
     return host_sample_callback(backend, model, key, num_samples, num_chains=num_chains,

@@ -10,8 +10,7 @@ import tempfile
 import numpy as np
 
 from .._io import atomic_write, write_json  # noqa: F401 (write_json: the subcommands' import)
-from ..models import model_from_spec
-from ..models._spec import spec_help
+from ..models import model_from_spec, spec_help
 
 MODEL_HELP = ("model: a generator spec NAME[:key=value,...] or a model file (.json / .npz, "
               "read by content). Generators:\n")

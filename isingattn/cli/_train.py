@@ -34,16 +34,16 @@ import dataclasses
 import math
 import sys
 
-from ..experiments._config import (
+from ..experiments import (
     ATTENTIONS,
     CALIBRATIONS,
+    CORPORA,
     EXPERIMENT_STRUCTURES,
     METHODS,
     SCHEDULES,
     TASKS,
     TrainConfig,
 )
-from ..experiments._corpora import CORPORA
 
 #: (config field, help, choices) of every option; the default comes from TrainConfig.
 OPTIONS = [

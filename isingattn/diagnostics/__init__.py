@@ -5,6 +5,7 @@ Inputs are :class:`~isingattn.samplers.Samples` or arrays shaped ``batch + (chai
 (observables) or ``batch + (chain, draw)`` (scalar series); masked variables contribute nothing.
 """
 
+from .._estimates import TemperatureEstimate  # shared with isingattn.probabilistic
 from ._compare import ComparisonTable, compare_samplers
 from ._distances import (
     Chi2Result,
@@ -47,7 +48,6 @@ from ._observables import (
 )
 from ._plots import plot_comparison
 from ._temperature import (
-    TemperatureEstimate,
     effective_beta_ml,
     effective_beta_mple,
     effective_temperature,

@@ -12,7 +12,6 @@ with ``E`` the model's energy (physics sign, without the model's own ``beta``)? 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 
@@ -20,46 +19,10 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
+from .._estimates import TemperatureEstimate
 from .._validation import check_positive_int
 from ..models import Vartype
 from ._input import as_draws
-
-
-@dataclasses.dataclass
-class TemperatureEstimate:
-    """An effective inverse temperature, per model of the batch.
-
-    Attributes:
-      beta: estimate, shape ``batch``.
-      stderr: its standard error (ML: delta method with the energies' ESS; MPLE: bootstrap
-        standard deviation; Bayes: posterior standard deviation), shape ``batch``.
-      method: ``"ml"``, ``"mple"`` or ``"nuts"``.
-      num_samples: draws used per model (chains times draws).
-      ess: effective sample size used for ``stderr`` (ML), or None.
-      bootstrap: bootstrap estimates ``batch + (B,)`` (MPLE), or None.
-      log_likelihood: maximized (pseudo-)log-likelihood, shape ``batch``, or None.
-      extra: further results (Bayes: posterior draws and per-scale summaries).
-    """
-
-    beta: np.ndarray
-    stderr: np.ndarray
-    method: str
-    num_samples: int
-    ess: np.ndarray | None = None
-    bootstrap: np.ndarray | None = None
-    log_likelihood: np.ndarray | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
-
-    def interval(self, z: float = 1.959963984540054):
-        """``(beta - z stderr, beta + z stderr)`` (a 95% normal interval by default)."""
-        return self.beta - z * self.stderr, self.beta + z * self.stderr
-
-    def to_dict(self) -> dict:
-        out = {"method": self.method, "beta": self.beta, "stderr": self.stderr,
-               "num_samples": self.num_samples}
-        if self.ess is not None:
-            out["ess"] = self.ess
-        return out
 
 
 def _check_model(model):

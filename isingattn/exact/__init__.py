@@ -30,12 +30,14 @@ from ._transfer import (
     MAX_TRANSFER_FULL_CORRELATIONS_N,
     MAX_TRANSFER_LOG2_STATES,
     TransferMoments,
+    TransferSamples,
     bandwidth,
     transfer_correlations,
     transfer_log_partition,
     transfer_marginals,
     transfer_moments,
     transfer_sample,
+    transfer_sample_with_info,
 )
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "MAX_TRANSFER_LOG2_STATES",
     "Moments",
     "TransferMoments",
+    "TransferSamples",
     "bandwidth",
     "correlations",
     "enumerate_states",
@@ -69,4 +72,5 @@ __all__ = [
     "transfer_marginals",
     "transfer_moments",
     "transfer_sample",
+    "transfer_sample_with_info",
 ]

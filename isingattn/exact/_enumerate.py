@@ -16,6 +16,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._constants import BIG as _BIG
 from ..models import ModelBase, Vartype
 
 #: Largest n accepted by full enumeration (log Z, marginals, correlations, ground state).
@@ -24,7 +25,6 @@ MAX_ENUMERATION_N = 30
 MAX_PROBABILITIES_N = 24
 _LOW_BITS = 13
 _TILE = 1 << 20  # elements of one chunk tile (and of one batch group)
-_BIG = 1e30
 
 
 def _too_large(n, limit, what):

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _vma
+from .._constants import BIG as _BIG
 from .._validation import check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
 
@@ -48,7 +49,6 @@ MAX_TRANSFER_LOG2_STATES = 20
 #: Largest ``n`` for which :func:`transfer_correlations` returns the full ``n x n`` matrix (pass
 #: ``max_distance`` beyond it).
 MAX_TRANSFER_FULL_CORRELATIONS_N = 4096
-_BIG = 1e30
 
 
 # ---------------------------------------------------------------------------------------------
@@ -644,11 +644,43 @@ def transfer_sample(model: ModelBase, key, num_samples: int, bandwidth=None) -> 
       >>> transfer_sample(chain(50, J=1.0), jax.random.key(0), 8).shape
       (8, 50)
     """
-    return _sample_with_info(model, key, num_samples, bandwidth)[0]
+    return transfer_sample_with_info(model, key, num_samples, bandwidth).samples
 
 
-def _sample_with_info(model, key, num_samples, bandwidth):
-    """``(samples, log_partition, plan)``; the sampler backend reports all three."""
+class TransferSamples(NamedTuple):
+    """Exact samples by transfer matrices (:func:`transfer_sample_with_info`), with what the
+    run computed and chose.
+
+    ``samples``: ``batch + (num_samples, n)`` in the model's vartype and dtype.
+    ``log_partition``: the exact ``log Z`` of every model, ``batch``, as
+    :func:`transfer_log_partition` gives it. ``bandwidth``: the window size ``r`` used (an int,
+    at least 1). ``conditioned``: the number ``K`` of leading variables conditioned on for
+    couplings beyond the band (an int, 0 for a banded model); the states per position are
+    ``2^(r + K)``.
+    """
+
+    samples: jax.Array
+    log_partition: jax.Array
+    bandwidth: int
+    conditioned: int
+
+
+def transfer_sample_with_info(model: ModelBase, key, num_samples: int,
+                              bandwidth=None) -> TransferSamples:
+    """:func:`transfer_sample`, also returning the exact ``log Z`` and the window size and
+    conditioning the run used, as a :class:`TransferSamples`.
+
+    Same arguments, same samples for the same key, same errors and cost as
+    :func:`transfer_sample`; the log-partition comes from the same forward pass at no extra
+    cost. This is what :class:`isingattn.samplers.TransferMatrixSampler` reports in ``info``.
+
+    Example:
+      >>> import jax
+      >>> from isingattn.models import chain
+      >>> out = transfer_sample_with_info(chain(50, J=1.0), jax.random.key(0), 8)
+      >>> out.samples.shape, out.bandwidth, out.conditioned
+      ((8, 50), 1, 0)
+    """
     from .._validation import check_key
 
     key = check_key(key)
@@ -660,17 +692,20 @@ def _sample_with_info(model, key, num_samples, bandwidth):
     bits = bits.astype(model.dtype)
     x = 2 * bits - 1 if model.vartype is Vartype.SPIN else bits
     batch = model.batch_shape
-    return x.reshape(batch + (num_samples, model.n)), logz.reshape(batch), plan
+    return TransferSamples(x.reshape(batch + (num_samples, model.n)), logz.reshape(batch),
+                           plan.r, plan.K)
 
 
 __all__ = [
     "MAX_TRANSFER_FULL_CORRELATIONS_N",
     "MAX_TRANSFER_LOG2_STATES",
     "TransferMoments",
+    "TransferSamples",
     "bandwidth",
     "transfer_correlations",
     "transfer_log_partition",
     "transfer_marginals",
     "transfer_moments",
     "transfer_sample",
+    "transfer_sample_with_info",
 ]

@@ -11,8 +11,10 @@ from ._bracket import DISTANCE_EDGES, REGIMES, VARIANTS, BracketTask, distance_s
 from ._charlm import CharLMTask
 from ._config import (
     ATTENTIONS,
+    CALIBRATIONS,
     EXPERIMENT_STRUCTURES,
     METHODS,
+    SCHEDULES,
     TASKS,
     TrainConfig,
     attention_options,
@@ -52,12 +54,14 @@ from ._train import (
 
 __all__ = [
     "ATTENTIONS",
+    "CALIBRATIONS",
     "CORPORA",
     "DISTANCE_EDGES",
     "EXPERIMENT_STRUCTURES",
     "METHODS",
     "PTB_EOS",
     "REGIMES",
+    "SCHEDULES",
     "TASKS",
     "TEXT8_VOCAB",
     "VARIANTS",

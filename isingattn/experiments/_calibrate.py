@@ -41,7 +41,7 @@ def calibrate_trainer(trainer, batch, step: int) -> list[dict]:
     import jax.numpy as jnp
     from flax import nnx
 
-    from ..attention._calibration import calibrate_model
+    from ..attention import calibrate_model
 
     config = trainer.config
     t0 = time.perf_counter()
@@ -60,8 +60,7 @@ def calibration_description(trainer) -> dict | None:
     """The ``calibration`` entry of ``config.json``: the mode, cadence, probes, what the
     backend's law says (effective temperatures of the anneal, formula scales) and the scales
     every layer starts from. None for a run without a sampled method."""
-    from ..attention import Sampled
-    from ..attention._calibration import formula_record
+    from ..attention import Sampled, formula_record
     from ._config import build_method
 
     config = trainer.config

@@ -130,7 +130,7 @@ class TrainConfig:
     RESUMABLE_CHANGES = ("checkpoint_every", "keep_checkpoints")
 
     def __post_init__(self):
-        from ..attention._transformer import POSITIONAL
+        from ..attention import POSITIONAL
 
         def choice(name, valid):
             check_choice(name, getattr(self, name), valid)
@@ -231,7 +231,7 @@ class TrainConfig:
                 f"method {self.method!r} takes at most {limit[0]} keys per query ({limit[1]}); "
                 f"length {self.length} gives up to {self.length} keys. Use a shorter length or "
                 "another backend")
-        from ..attention._calibration import MAX_PROBE_KEYS
+        from ..attention import MAX_PROBE_KEYS
 
         if (self.calibration_every is not None and self.length is not None
                 and self.length > MAX_PROBE_KEYS):
@@ -400,7 +400,7 @@ def check_method(config: TrainConfig) -> None:
         from ..samplers import QPUSampler
 
         if isinstance(method.backend, QPUSampler):
-            from ..samplers._qpu_tiled import find_tiles
+            from ..samplers import find_tiles
 
             L = config.length
             D = config.bandwidth if config.structure == "banded" else L - 1
@@ -419,8 +419,7 @@ def build_method(config: TrainConfig):
     method = config.resolved_method
     if not method.startswith(SAMPLED_PREFIX):
         return method
-    from ..attention import sampled
-    from ..attention._calibration import Calibration
+    from ..attention import Calibration, sampled
     from ..samplers import BACKENDS
 
     name = method[len(SAMPLED_PREFIX):]

@@ -607,7 +607,7 @@ def _generator(rng_or_key) -> np.random.Generator:
         return np.random.default_rng(int(rng_or_key))
     jax = sys.modules.get("jax")
     if jax is not None and isinstance(rng_or_key, jax.Array):
-        from ..samplers._base import seed_from_key  # the project's one key -> seed helper
+        from ..samplers import seed_from_key  # the project's one key -> seed helper
 
         return np.random.default_rng(seed_from_key(rng_or_key))
     raise TypeError("rng_or_key must be a numpy Generator, an integer seed or a JAX PRNG key; "

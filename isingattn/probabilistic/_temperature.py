@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..diagnostics._input import as_draws
-from ..diagnostics._temperature import TemperatureEstimate
+from .._draws import as_draws
+from .._estimates import TemperatureEstimate
 from ..models import Vartype
 
 #: ``likelihood="auto"`` uses the exact likelihood up to this n (log Z by enumeration at every
@@ -154,7 +154,7 @@ def effective_beta_bayes(samples, model, key, *, separate_scales: bool = False,
 
     from .. import exact
     from .._validation import check_key
-    from ..diagnostics._mixing import effective_sample_size, rhat
+    from ..diagnostics import effective_sample_size, rhat
 
     if model is None:
         raise ValueError("an effective temperature needs the model whose energy defines p_beta")

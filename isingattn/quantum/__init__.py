@@ -7,6 +7,7 @@ SPIN model is our ``E`` up to the offset. Started in ``|+...+>``, the driver's g
 measured in the computational basis. See docs/guide/diabatic.md.
 """
 
+from ._batched import sample_traced, traced_num_steps
 from ._effective import (
     EXPANSIONS,
     EffectiveBeta,
@@ -19,9 +20,18 @@ from ._evolve import (
     DEFAULT_TOLERANCE,
     MAX_QUBITS,
     MAX_TABLE_N,
+    MIN_STEPS,
+    Evolution,
+    Problem,
+    _check_order,
+    check_annealing_time,
     default_num_steps,
+    evolve,
     final_state,
     output_distribution,
+    prepare,
+    register_to_states,
+    sample_register,
     total_phase,
 )
 from ._schedule import (
@@ -36,27 +46,47 @@ from ._schedule import (
     schedule_from_table,
 )
 
+
+def check_order(order) -> int:
+    """The order of the splitting integrator, checked: ``order`` itself when it is 4 (Yoshida
+    composition of three Strang steps) or 2 (Strang), else a ``ValueError`` naming the valid
+    orders. What :func:`evolve`, :func:`final_state` and
+    :class:`isingattn.samplers.DiabaticAnnealingSampler` accept as ``order``."""
+    return _check_order(order)
+
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "EXPANSIONS",
     "MAX_QUBITS",
     "MAX_TABLE_N",
+    "MIN_STEPS",
     "SCHEDULES",
     "AnnealingSchedule",
     "EffectiveBeta",
+    "Evolution",
+    "Problem",
     "annealing_time_for_beta",
     "as_schedule",
+    "check_annealing_time",
+    "check_order",
     "default_num_steps",
     "dwave_like_schedule",
     "effective_beta",
     "effective_model",
+    "evolve",
     "example_schedule_csv",
     "final_state",
     "linear_schedule",
     "load_schedule_csv",
     "output_distribution",
+    "prepare",
+    "register_to_states",
+    "sample_register",
+    "sample_traced",
     "save_schedule_csv",
     "schedule_from_table",
     "single_effective_beta",
     "total_phase",
+    "traced_num_steps",
 ]

@@ -14,6 +14,7 @@ from ._mcmc import MCMCSampler, SingleSiteSampler
 from ._metropolis import MetropolisSampler
 from ._neal import NealSampler, host_sample_callback
 from ._qpu import OfflineQPUSampler, QPUConfigurationError, QPUConnectionError, QPUSampler
+from ._qpu_tiled import TiledQPUSampler, find_tiles
 from ._swendsen_wang import SwendsenWangSampler
 from ._tempering import ParallelTemperingSampler
 from ._transfer import TransferMatrixSampler
@@ -63,6 +64,7 @@ __all__ = [
     "SimulatedAnnealingSampler",
     "SingleSiteSampler",
     "SwendsenWangSampler",
+    "TiledQPUSampler",
     "TransferMatrixSampler",
     "WolffSampler",
     "anneal",
@@ -71,6 +73,7 @@ __all__ = [
     "check_key",
     "colour_classes",
     "default_beta_range",
+    "find_tiles",
     "get_sampler",
     "host_sample_callback",
     "key_from_seed",

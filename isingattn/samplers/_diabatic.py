@@ -11,7 +11,6 @@ import numpy as np
 
 from .. import quantum
 from .._validation import check_positive_int, is_concrete
-from ..quantum import _batched, _evolve
 from ._base import Sampler
 
 
@@ -48,7 +47,7 @@ class DiabaticAnnealingSampler(Sampler):
     Inside ``jit`` (the model's parameters traced, as in a training step with
     ``sampled(DiabaticAnnealingSampler(...))``) the whole batch is simulated in the compiled
     program on a register of all ``n`` variables (masked ones projected out), with the automatic
-    step count computed from the traced fields (:mod:`isingattn.quantum._batched`); the draws
+    step count computed from the traced fields (:func:`isingattn.quantum.sample_traced`); the draws
     have the same distribution. ``info`` then holds traced values and no host timings.
 
     Cost: memory ``2^k`` complex amplitudes per model, time ``O(num_steps * k * 2^k)`` for
@@ -73,13 +72,13 @@ class DiabaticAnnealingSampler(Sampler):
                   "exponential_cost": True}
 
     def __init__(self, schedule="dwave_like", annealing_time=0.1, *, num_steps=None, order=4,
-                 tolerance=quantum.DEFAULT_TOLERANCE, min_steps=_evolve.MIN_STEPS):
+                 tolerance=quantum.DEFAULT_TOLERANCE, min_steps=quantum.MIN_STEPS):
         self.defaults = {
             "schedule": quantum.as_schedule(schedule),
-            "annealing_time": _evolve.check_annealing_time(annealing_time),
+            "annealing_time": quantum.check_annealing_time(annealing_time),
             "num_steps": None if num_steps is None else check_positive_int("num_steps",
                                                                             num_steps),
-            "order": _evolve._check_order(order),
+            "order": quantum.check_order(order),
             "tolerance": tolerance,
             "min_steps": check_positive_int("min_steps", min_steps),
         }
@@ -88,7 +87,7 @@ class DiabaticAnnealingSampler(Sampler):
         opts = dict(self.defaults)
         opts.update(options)
         schedule = quantum.as_schedule(opts["schedule"])
-        t_a = _evolve.check_annealing_time(opts["annealing_time"])
+        t_a = quantum.check_annealing_time(opts["annealing_time"])
         min_steps = check_positive_int("min_steps", opts["min_steps"])
         total = num_chains * num_samples
         dense = model.to_dense()
@@ -97,20 +96,20 @@ class DiabaticAnnealingSampler(Sampler):
                                        min_steps, opts)
         t0 = time.perf_counter()
         num_steps = opts["num_steps"]
-        if num_steps is None and min_steps != _evolve.MIN_STEPS:
-            order = _evolve._check_order(opts["order"])
-            flip = _evolve.prepare(model).flip_scale
-            num_steps = int(_batched.traced_num_steps(schedule, t_a, flip, order=order,
-                                                      tolerance=opts["tolerance"],
-                                                      min_steps=min_steps))
-        ev = _evolve.evolve(model, schedule, t_a, num_steps=num_steps,
+        if num_steps is None and min_steps != quantum.MIN_STEPS:
+            order = quantum.check_order(opts["order"])
+            flip = quantum.prepare(model).flip_scale
+            num_steps = int(quantum.traced_num_steps(schedule, t_a, flip, order=order,
+                                                     tolerance=opts["tolerance"],
+                                                     min_steps=min_steps))
+        ev = quantum.evolve(model, schedule, t_a, num_steps=num_steps,
                             order=opts["order"], tolerance=opts["tolerance"])
         probs = jnp.abs(ev.amplitudes) ** 2
         norm = jnp.sum(probs, axis=-1, keepdims=True)
         probs = jax.block_until_ready(probs / norm)
         t1 = time.perf_counter()
-        idx = _evolve.sample_register(key, probs, total)
-        states = _evolve.register_to_states(idx, ev.problem, model.dtype)
+        idx = quantum.sample_register(key, probs, total)
+        states = quantum.register_to_states(idx, ev.problem, model.dtype)
         spins = states.reshape(model.batch_shape + (num_chains, num_samples, model.n))
         beta = quantum.effective_beta(schedule, t_a)
         info = {
@@ -127,9 +126,9 @@ class DiabaticAnnealingSampler(Sampler):
 
     def _sample_traced(self, model, key, num_samples, num_chains, schedule, t_a, min_steps,
                        opts):
-        order = _evolve._check_order(opts["order"])
+        order = quantum.check_order(opts["order"])
         total = num_chains * num_samples
-        states, steps = _batched.sample_traced(
+        states, steps = quantum.sample_traced(
             model, key, total, schedule, t_a, num_steps=opts["num_steps"], order=order,
             tolerance=opts["tolerance"], min_steps=min_steps)
         spins = states.reshape(model.batch_shape + (num_chains, num_samples, model.n))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from .. import exact
-from ..exact._transfer import _sample_with_info
 from ._base import Sampler
 
 
@@ -33,6 +32,7 @@ class TransferMatrixSampler(Sampler):
     properties: ClassVar[dict[str, Any]] = {"exact": True, "max_log2_states": exact.MAX_TRANSFER_LOG2_STATES}
 
     def _sample(self, model, key, num_samples, num_chains, bandwidth=None):
-        draws, log_z, plan = _sample_with_info(model, key, num_chains * num_samples, bandwidth)
-        spins = draws.reshape(model.batch_shape + (num_chains, num_samples, model.n))
-        return spins, {"log_partition": log_z, "bandwidth": plan.r, "conditioned": plan.K}
+        out = exact.transfer_sample_with_info(model, key, num_chains * num_samples, bandwidth)
+        spins = out.samples.reshape(model.batch_shape + (num_chains, num_samples, model.n))
+        return spins, {"log_partition": out.log_partition, "bandwidth": out.bandwidth,
+                       "conditioned": out.conditioned}

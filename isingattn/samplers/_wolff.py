@@ -41,7 +41,6 @@ import numpy as np
 
 from .._validation import check_choice, check_positive_int, is_concrete
 from ..models import SparseIsingModel
-from ._mcmc import MCMCSampler
 from ._clusters import (
     _plan,
     components_jax,
@@ -53,6 +52,7 @@ from ._clusters import (
     spin_form,
     to_spin,
 )
+from ._mcmc import MCMCSampler
 
 #: Labellings of ``cluster="labels"`` (see :class:`SwendsenWangSampler`'s ``components``).
 COMPONENTS = ("auto", "numba", "jax")
