@@ -106,7 +106,13 @@ def _too_large(k, n):
 
 
 def prepare(model: ModelBase) -> Problem:
-    """Convert ``model`` to SPIN form and lay its active variables onto a qubit register."""
+    """``model`` (one or a batch) in SPIN form with its active (unmasked) variables laid onto a
+    compact qubit register: a :class:`Problem` of ``k`` qubits, ``k`` the most active
+    variables of any model of the batch (host-side, NumPy).
+
+    Raises ``TypeError`` for a non-model or traced parameters (the layout is computed on the
+    host: call it outside ``jit`` or through ``jax.pure_callback``) and ``ValueError`` when a
+    model has more than ``MAX_QUBITS`` active variables (``2^k`` amplitudes per model)."""
     if not isinstance(model, ModelBase):
         raise TypeError(f"model must be an IsingModel or SparseIsingModel; got {type(model)}")
     dense = model.to_dense()
@@ -278,7 +284,10 @@ def default_num_steps(
 
 
 class Evolution(NamedTuple):
-    """Result of :func:`evolve`: the final register states and how they were computed."""
+    """Result of :func:`evolve`: ``amplitudes`` ``(M, 2^k)`` complex, the final state of each
+    model's register (``M`` the flattened batch, ``k`` qubits); ``problem``, the
+    :class:`Problem` it ran on; ``num_steps`` and ``order``, the time steps and the order of the
+    product formula used."""
 
     amplitudes: jax.Array  # (M, 2^k)
     problem: Problem
@@ -288,7 +297,16 @@ class Evolution(NamedTuple):
 
 def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, order=4,
            tolerance=DEFAULT_TOLERANCE) -> Evolution:
-    """Run the anneal on the compact register of every model of the batch (see module doc)."""
+    """Simulate the anneal ``H(s) = -A(s)/2 sum_i X_i + B(s)/2 H_problem`` of every model of the
+    batch on its compact register (:func:`prepare`), from the ground state of the driver, over
+    ``annealing_time`` (ns) along ``schedule`` (a name or an ``AnnealingSchedule``), by a
+    product formula of ``order`` (2 or 4) in ``num_steps`` steps (default: enough for
+    ``tolerance`` by the step-count rule of the module doc). Returns an :class:`Evolution`;
+    sample it with :func:`sample_register` / :func:`register_to_states`.
+
+    Raises ``ValueError`` for a non-positive or non-finite ``annealing_time`` or ``tolerance``,
+    an ``order`` other than 2 or 4, or too many active variables, ``TypeError`` as
+    :func:`prepare`."""
     schedule = as_schedule(schedule)
     t_a = check_annealing_time(annealing_time)
     order = _check_order(order)

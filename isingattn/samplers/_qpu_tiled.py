@@ -49,9 +49,15 @@ DEFAULT_MAX_TILES = 256
 
 
 def find_tiles(qpu: QPUSampler, n: int, edges, *, max_tiles: int = DEFAULT_MAX_TILES):
-    """Disjoint embeddings of the structure (``n`` variables, ``edges``) on ``qpu``'s graph,
-    cached on ``qpu``. Returns ``(tiles, info)``: a list of ``{variable: chain}`` and
-    ``cached``, ``find_s``, ``qubits``, ``max_chain_length``."""
+    """Disjoint embeddings ("tiles") of one problem structure (``n`` variables, ``edges`` a list
+    of ``(i, j)`` pairs) on ``qpu``'s working graph, found with minorminer one after another on
+    the qubits the earlier tiles left free, at most ``max_tiles``; cached on ``qpu`` per
+    structure, so a batch of problems of one shape is embedded once. Returns ``(tiles,
+    info)``: ``tiles`` a list of ``{variable: chain of qubits}``, ``info`` with ``cached``,
+    ``find_s`` (seconds spent searching), ``tiles``, ``qubits`` and ``max_chain_length``.
+
+    Raises ``RuntimeError`` when not even one embedding is found (the message suggests fewer
+    keys per query, sparser couplings or a larger topology)."""
     import minorminer
     import networkx as nx
 
