@@ -91,6 +91,9 @@ TILE_QUERIES = 128
 #: Independent lanes of queries per tile. Their recursions share one loop body, so XLA's CPU
 #: runtime runs them concurrently (one recursion alone is a chain of dependent steps).
 LANES = 2
+#: Lanes of the hand-written gradient (:func:`_vjp_tile`): one. Its loop bodies are long enough
+#: to keep the runtime busy, and a second lane only doubles the code XLA compiles.
+VJP_LANES = 1
 
 
 def _window_features(r, dtype):
@@ -187,9 +190,11 @@ def _block_marginals(P, W):
     return jnp.einsum("nwq,wk->knq", P, W) * inv, inv
 
 
-def _lanes(Q):
-    """How many lanes a tile of ``Q`` queries is split into."""
-    return LANES if Q % LANES == 0 and Q >= 8 * LANES else 1
+def _lanes(Q, lanes=None):
+    """How many lanes a tile of ``Q`` queries is split into (at most ``lanes``, default
+    :data:`LANES`)."""
+    lanes = LANES if lanes is None else lanes
+    return lanes if Q % lanes == 0 and Q >= 8 * lanes else 1
 
 
 def _split(x, L):
@@ -280,7 +285,7 @@ def _vjp_tile(a, c, feat, g, pairs=True):
     half = R // 2
     f0, f1, C, _ = _factors(a, c, feat)
     W = _block_readout(K, feat)
-    L = _lanes(Q)
+    L = _lanes(Q, VJP_LANES)
     Q = Q // L
 
     def step(M, F):
