@@ -48,7 +48,7 @@ import time
 import numpy as np
 from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
 
-from isingattn.attention._calibration import MAX_RELATIVE_SE
+from isingattn.attention._calibration import is_measured
 from isingattn.experiments import TrainConfig
 from isingattn.experiments._stats import mean_interval, paired_difference
 
@@ -215,13 +215,11 @@ def _read_csv(path):
         return list(csv.DictReader(f))
 
 
-
-
 def _head_mean(records, step, name):
     """Mean over layers and heads of ``name`` in the first round of the measurement at ``step``
     (the sampler as it was programmed during the steps before), for ``gamma_h`` / ``gamma_J``
-    over the heads where it is measured to ``MAX_RELATIVE_SE`` of beta (the rule calibration
-    acts by; learned couplings start at 0, so gamma_J is unidentified early in training)."""
+    over the heads where it counts as measured (``is_measured``, the rule calibration acts by;
+    learned couplings start at 0, so gamma_J is unidentified early in training)."""
     sel = [r for r in records if int(r["step"]) == step and int(r["round"]) == 0]
     vals = []
     for r in sel:
@@ -231,7 +229,7 @@ def _head_mean(records, step, name):
         se = {"gamma_h": "se_h", "gamma_J": "se_J"}.get(name)
         if se is not None:
             e = float(r[se]) if r[se] not in ("", "nan") else math.nan
-            if not (math.isfinite(e) and v > 0 and e < MAX_RELATIVE_SE * float(r["beta"])):
+            if not is_measured(v, e, float(r["beta"])):
                 continue
         if math.isfinite(v):
             vals.append(v)

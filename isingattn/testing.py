@@ -101,16 +101,17 @@ def chi2_pvalue(counts, probs, *, min_expected: float = 5.0,
 
 
 def assert_chi2_matches(states, model, *, alpha: float = ALPHA,
-                        effective_fraction: float = 1.0) -> None:
+                        effective_fraction: float = 1.0) -> float:
     """Sampled ``states`` ``(..., n)`` of one unbatched ``model`` pass a chi^2 test against its
     exact probabilities at level ``alpha`` (the false-failure rate). Raises ``AssertionError``
-    with the p-value otherwise."""
+    with the p-value otherwise; returns the p-value."""
     n = model.n
     idx = np.asarray(exact.state_to_index(np.asarray(states).reshape(-1, n), model.vartype))
     probs = np.asarray(exact.probabilities(model), float)
     counts = np.bincount(idx, minlength=probs.size)
     p = chi2_pvalue(counts, probs, effective_fraction=effective_fraction)
     assert p > alpha, f"chi^2 goodness of fit rejected at level {alpha}: p = {p:.3g}"
+    return p
 
 
 def ess(x) -> float:
@@ -121,19 +122,21 @@ def ess(x) -> float:
     return float(az.ess(np.asarray(x, float), method="mean"))
 
 
-def assert_mean_within_mcse(x, truth, *, z: float = Z_ALPHA, what: str = "estimate") -> None:
+def assert_mean_within_mcse(x, truth, *, z: float = Z_ALPHA, what: str = "estimate") -> float:
     """The mean of ``x`` ``(chain, draw)`` is within ``z`` Monte Carlo standard errors of
     ``truth`` (MCSE = sd / sqrt(ESS)); false-failure rate ``2 * norm.sf(z)`` (:data:`ALPHA` at
-    the default). A constant ``x`` must equal ``truth`` to 1e-6. Raises ``AssertionError``."""
+    the default). A constant ``x`` must equal ``truth`` to 1e-6. Raises ``AssertionError``;
+    returns the deviation in MCSEs (0 for a constant ``x``)."""
     x = np.asarray(x, float)
     sd = x.std()
     if sd == 0:
         assert np.allclose(x.mean(), truth, atol=1e-6), f"{what}: constant {x.mean()} != {truth}"
-        return
+        return 0.0
     e = ess(x)
     err = abs(x.mean() - truth) / (sd / np.sqrt(e))
     assert err < z, (f"{what}: |{x.mean():.5g} - {truth:.5g}| = {err:.2f} MCSE (ESS {e:.0f}) > "
                      f"{z:.2f}")
+    return float(err)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -211,12 +214,6 @@ class ConformanceReport(NamedTuple):
     assertions: int
 
 
-def _deviation(x, truth):
-    x = np.asarray(x, float)
-    sd = x.std()
-    return 0.0 if sd == 0 else abs(x.mean() - truth) / (sd / np.sqrt(ess(x)))
-
-
 def check_sampler(sampler, model, *, key=None, num_samples: int = 2000, num_chains: int = 4,
                   alpha: float = ALPHA, **options) -> ConformanceReport:
     """Check that ``sampler.sample(model, key, num_samples, num_chains=num_chains, **options)``
@@ -261,18 +258,14 @@ def check_sampler(sampler, model, *, key=None, num_samples: int = 2000, num_chai
     checks += [(x[..., i], float(mo.marginals[i]), f"<x_{i}>") for i in range(n) if mask[i]]
     checks += [(x[..., i] * x[..., j], float(mo.correlations[i, j]), f"<x_{i} x_{j}>")
                for i in range(n) for j in range(i + 1, n) if mask[i] and mask[j]]
-    for values, truth, what in checks:
-        assert_mean_within_mcse(values, truth, z=z, what=what)
+    deviation = max(assert_mean_within_mcse(values, truth, z=z, what=what)
+                    for values, truth, what in checks)
     # the chi^2 statistic is deflated by the smallest ESS among the energy and the marginals:
     # the slowest of them bounds how often a chain revisits states
     n_eff = min([ess(energy)] + [ess(x[..., i]) for i in range(n) if mask[i]])
     frac = min(1.0, n_eff / energy.size)
-    idx = np.asarray(exact.state_to_index(x.reshape(-1, n), model.vartype))
-    probs = np.asarray(exact.probabilities(dense), float)
-    p = chi2_pvalue(np.bincount(idx, minlength=probs.size), probs, effective_fraction=frac)
-    assert p > alpha, f"chi^2 goodness of fit rejected at level {alpha}: p = {p:.3g}"
-    return ConformanceReport(energy.size, n_eff, p,
-                             max(_deviation(v, t) for v, t, _ in checks), len(checks) + 1)
+    p = assert_chi2_matches(x, dense, alpha=alpha, effective_fraction=frac)
+    return ConformanceReport(energy.size, n_eff, p, deviation, len(checks) + 1)
 
 
 def check_sampler_suite(sampler, *, unsupported=(), key=None, num_samples: int = 2000,

@@ -55,6 +55,14 @@ MIN_RESPONSE = 0.25
 MAX_RELATIVE_SE = 0.2
 
 
+def is_measured(gamma, se, beta) -> bool:
+    """Whether a measured effective temperature ``gamma`` with standard error ``se`` counts
+    (acts in calibration, is reported): both finite, ``gamma > 0``, ``se`` below
+    :data:`MAX_RELATIVE_SE` times the target ``beta``."""
+    return (math.isfinite(gamma) and gamma > 0 and math.isfinite(se)
+            and se < MAX_RELATIVE_SE * beta)
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """How a :func:`~isingattn.attention.sampled` method calibrates its backend.
@@ -343,8 +351,7 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
         n = f["head"]
         for j, (name, se) in enumerate((("gamma_h", "se_h"), ("gamma_J", "se_J"))):
             g, err = f[name], f[se]
-            if not (math.isfinite(g) and g > 0 and math.isfinite(err)
-                    and err < MAX_RELATIVE_SE * beta):
+            if not is_measured(g, err, beta):
                 continue
             k = 1.0
             p = prev.get(n)

@@ -1,5 +1,5 @@
 """Helpers shared by CLI subcommands: model specs, output files checked before any work,
-atomic writes, JSON encoding, argument types."""
+atomic .npz writes, argument types (JSON and atomic writes: isingattn._io)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from .._io import atomic_write, write_json  # noqa: F401 (write_json: the subcommands' import)
+from .._io import atomic_write
 from ..models import model_from_spec, spec_help
 
 MODEL_HELP = ("model: a generator spec NAME[:key=value,...] or a model file (.json / .npz, "

@@ -193,7 +193,8 @@ def _previous(out, settings, force):
 
 def run(args):
     from .. import exact
-    from ._common import check_output_dir, load_model, write_json
+    from .._io import write_json
+    from ._common import check_output_dir, load_model
 
     names = parse_samplers(args.samplers)
     check_output_dir(args.out)

@@ -69,7 +69,8 @@ def run(args):
     import jax
 
     from .. import exact
-    from ._common import check_output_dir, write_json
+    from .._io import write_json
+    from ._common import check_output_dir
     from ._compare import parse_samplers, run_comparison
 
     if args.n < 2 or args.n > 20:

@@ -7,7 +7,8 @@ import argparse
 
 import numpy as np
 
-from ._common import add_model_argument, check_output_file, load_model, write_json
+from .._io import write_json
+from ._common import add_model_argument, check_output_file, load_model
 
 
 def add_parser(sub):

@@ -16,18 +16,8 @@ from ._generators import (
     square_lattice,
 )
 from ._sparse import Graph, SparseIsingModel
-from ._spec import GENERATORS, model_from_spec
-from ._spec import spec_help as _spec_help
+from ._spec import GENERATORS, model_from_spec, spec_help
 from ._vartype import Vartype, as_vartype
-
-
-def spec_help() -> str:
-    """What :func:`model_from_spec` accepts, as text for a command line's ``--help``: one line
-    per generator of :data:`GENERATORS` (``NAME:key=default, ...`` and what it builds, the
-    parameters every generator takes included), then a line on model files (``.json`` /
-    ``.npz``). Lines are indented by two spaces and joined by newlines, with no trailing newline.
-    """
-    return _spec_help()
 
 __all__ = [
     "GENERATORS",

@@ -55,6 +55,11 @@ GENERATORS = {
 
 
 def spec_help() -> str:
+    """What :func:`model_from_spec` accepts, as text for a command line's ``--help``: one line
+    per generator of :data:`GENERATORS` (``NAME:key=default, ...`` and what it builds, the
+    parameters every generator takes included), then a line on model files (``.json`` /
+    ``.npz``). Lines are indented by two spaces and joined by newlines, with no trailing newline.
+    """
     lines = []
     for name, (_, params, desc) in GENERATORS.items():
         keys = ", ".join(f"{k}={d}" for k, (_, d) in {**params, **_COMMON}.items())

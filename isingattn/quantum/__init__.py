@@ -23,8 +23,8 @@ from ._evolve import (
     MIN_STEPS,
     Evolution,
     Problem,
-    _check_order,
     check_annealing_time,
+    check_order,
     default_num_steps,
     evolve,
     final_state,
@@ -45,15 +45,6 @@ from ._schedule import (
     save_schedule_csv,
     schedule_from_table,
 )
-
-
-def check_order(order) -> int:
-    """The order of the splitting integrator, checked: ``order`` itself when it is 4 (Yoshida
-    composition of three Strang steps) or 2 (Strang), else a ``ValueError`` naming the valid
-    orders. What :func:`evolve`, :func:`final_state` and
-    :class:`isingattn.samplers.DiabaticAnnealingSampler` accept as ``order``."""
-    return _check_order(order)
-
 
 __all__ = [
     "DEFAULT_TOLERANCE",

@@ -250,7 +250,11 @@ def check_annealing_time(annealing_time) -> float:
     return t
 
 
-def _check_order(order):
+def check_order(order) -> int:
+    """The order of the splitting integrator, checked: ``order`` itself when it is 4 (Yoshida
+    composition of three Strang steps) or 2 (Strang), else a ``ValueError`` naming the valid
+    orders. What :func:`evolve`, :func:`final_state` and
+    :class:`isingattn.samplers.DiabaticAnnealingSampler` accept as ``order``."""
     check_choice("order", order, _SUBSTEPS)
     return order
 
@@ -309,7 +313,7 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     :func:`prepare`."""
     schedule = as_schedule(schedule)
     t_a = check_annealing_time(annealing_time)
-    order = _check_order(order)
+    order = check_order(order)
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"tolerance must be a finite number > 0; got {tolerance!r}")
     prob = prepare(model)
