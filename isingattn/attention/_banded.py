@@ -60,10 +60,10 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
 * **Causal packing** (:func:`transfer_inference`): under a causal mask rows ``t`` and
   ``T - 1 - t`` share one chain.
-* **A compiled forward pass on the CPU** (:mod:`._native`, ``backend="auto"`` of
-  :func:`banded_chain_marginals`): the same recursion in numba, one head and 64 queries at a
-  time with their messages in the core's cache (XLA streams every step's messages through
-  memory), on threads of its own. The gradient is this module's everywhere.
+* **A compiled forward pass on the CPU** (:mod:`isingattn._kernels.transfer`,
+  ``backend="auto"`` of :func:`banded_chain_marginals`): the same recursion in numba, one head
+  and 64 queries at a time with their messages in the core's cache (XLA streams every step's
+  messages through memory), on threads of its own. The gradient is this module's everywhere.
 
 Measured timings and the variants tried and dropped are in ``docs/guide/transfer.md``
 (Implementation notes) and ``docs/guide/attention.md``.
@@ -81,8 +81,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from .. import _ffi, _vma
-from . import _native
+from .. import _vma
+from .._kernels import ffi, transfer
 
 #: Steps between exact renormalizations of the messages (and the checkpoint spacing).
 BLOCK = 8
@@ -710,10 +710,10 @@ def _tiles(a, block=BLOCK, fill=-jnp.inf):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _native_core(a, c, r, coupling_grad):
-    """:func:`_banded_core` by the compiled kernel (:mod:`._native`), ``a`` ``(..., N, S)``
-    (strong heads: log marginals, in the kernel's log-domain path); the VJP is
+    """:func:`_banded_core` by the compiled kernel (:mod:`isingattn._kernels.transfer`), ``a``
+    ``(..., N, S)`` (strong heads: log marginals, in the kernel's log-domain path); the VJP is
     :func:`_core_bwd` on the tiled arrays (it needs only ``a`` and ``c``)."""
-    return _native.transfer_marginals(a, c, _fast_limit(a.dtype))
+    return transfer.transfer_marginals(a, c, _fast_limit(a.dtype))
 
 
 def _native_fwd(a, c, r, coupling_grad):
@@ -793,13 +793,13 @@ def _partitioned_bwd(r, coupling_grad):
 _native_core.defvjp(_native_fwd, _native_bwd)
 
 #: Where the forward pass of :func:`banded_chain_marginals` runs: ``"auto"`` (the compiled
-#: kernel of :mod:`._native` where it can run: JAX on the CPU; else JAX),
-#: ``"numba"`` or ``"jax"``.
-BACKENDS = _ffi.BACKENDS
+#: kernel of :mod:`isingattn._kernels.transfer` where it can run: JAX on the CPU; else
+#: JAX), ``"numba"`` or ``"jax"``.
+BACKENDS = ffi.BACKENDS
 
 
 def _use_native(backend):
-    return _ffi.resolve_backend(backend) == "numba"
+    return ffi.resolve_backend(backend) == "numba"
 
 
 def _chain_values(a, c, coupling_grad, backend):
@@ -845,9 +845,10 @@ def banded_chain_marginals(a, c, *, coupling_grad=True, backend="auto"):
     no pair statistics and no recomputation inside blocks, so it costs less.
 
     ``backend``: where the forward pass runs, ``"auto"`` (default: the compiled kernel of
-    :mod:`._native` on the CPU, else JAX), ``"numba"`` or ``"jax"``; the same numbers to float
-    precision, and the same gradient (always JAX's). Raises ``ValueError`` for an unknown
-    backend, and for ``"numba"`` where it cannot run or with a dtype other than float32/64.
+    :mod:`isingattn._kernels.transfer` on the CPU, else JAX), ``"numba"`` or ``"jax"``; the
+    same numbers to float precision, and the same gradient (always JAX's). Raises
+    ``ValueError`` for an unknown backend, and for ``"numba"`` where it cannot run or with a
+    dtype other than float32/64.
     """
     x, strong = _chain_values(a, c, coupling_grad, backend)
     return _with_strong(x, strong, lambda: jnp.exp(x))

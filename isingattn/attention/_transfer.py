@@ -25,7 +25,7 @@ class Transfer:
     finite at any coupling strength.
 
     ``backend``: where the forward pass runs: ``"auto"`` (default: a compiled kernel on the CPU,
-    :mod:`isingattn.attention._native`, where JAX runs on the CPU; else JAX), ``"numba"`` or
+    :mod:`isingattn._kernels.transfer`, where JAX runs on the CPU; else JAX), ``"numba"`` or
     ``"jax"``. The same numbers to float precision; the gradient is JAX's in every case."""
 
     backend: str = "auto"

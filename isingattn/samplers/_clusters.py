@@ -1,10 +1,11 @@
 """Cluster machinery shared by the cluster samplers (Swendsen–Wang, Wolff): the SPIN form and
 edge lists of a model, Fortuin–Kasteleyn bonds, static plans of a graph (a periodic grid
 recognised once, or padded neighbour tables), and connected-component labelling by its three
-paths — the compiled union-find (:mod:`._native`, an XLA custom call), hooking and pointer
-jumping in JAX, or scipy on the host — chosen by :func:`resolve_components` (the policy of
-``isingattn._ffi.resolve_backend``). Every path gives the same labels (each node's root is the
-smallest index of its cluster), hence the same chains for the same key."""
+paths — the compiled union-find (:mod:`isingattn._kernels.union_find`, an XLA custom call),
+hooking and pointer jumping in JAX, or scipy on the host — chosen by :func:`resolve_components`
+(the policy of ``isingattn._kernels.ffi.resolve_backend``). Every path gives the same labels
+(each node's root is the smallest index of its cluster), hence the same chains for the same
+key."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _ffi
+from .._kernels import ffi, union_find
 from ..models import SparseIsingModel, Vartype
-from . import _native
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -357,11 +357,11 @@ def _label_chains(plan, links):
 
 def _native_roots(plan, links):
     """Each chain's roots ``(C, n)`` (local indices) by the compiled union-find of
-    :mod:`._native`, all chains in one custom call (XLA runs two custom calls one after the
-    other, so splitting the chains between calls gains nothing)."""
+    :mod:`isingattn._kernels.union_find`, all chains in one custom call (XLA runs two custom
+    calls one after the other, so splitting the chains between calls gains nothing)."""
     if plan.grid is not None:
-        return _native.grid_roots(links)
-    return _native.table_roots(links, plan.nbr)
+        return union_find.grid_roots(links)
+    return union_find.table_roots(links, plan.nbr)
 
 
 def _slot_bonds(plan, bond):
@@ -382,12 +382,12 @@ def edge_bond_roots(plan, bond):
 
 def resolve_components(components, grid=True):
     """The labelling that ``components`` stands for on a graph that is a grid (``grid``) or
-    not (``isingattn._ffi.resolve_backend``): ``"auto"`` is ``"numba"`` where the compiled
-    union-find can run (JAX on the CPU, its kernel registered with XLA:
-    :func:`._native.usable`), else ``"jax"``; ``"numba"`` off the CPU is a ``ValueError``;
-    ``"jax"`` and ``"scipy"`` stand for themselves."""
+    not (``isingattn._kernels.ffi.resolve_backend``): ``"auto"`` is ``"numba"`` where the
+    compiled union-find can run (JAX on the CPU, its kernel registered with XLA:
+    :func:`isingattn._kernels.union_find.usable`), else ``"jax"``; ``"numba"`` off the CPU is
+    a ``ValueError``; ``"jax"`` and ``"scipy"`` stand for themselves."""
     if components == "scipy":
         return components
-    target = _native.GRID_TARGET if grid else _native.TABLE_TARGET
-    return _ffi.resolve_backend(components, parameter="components",
-                                usable=lambda: _native.usable(target))
+    target = union_find.GRID_TARGET if grid else union_find.TABLE_TARGET
+    return ffi.resolve_backend(components, parameter="components",
+                               usable=lambda: union_find.usable(target))

@@ -23,8 +23,9 @@ models use every pair ``i < j`` as an edge (pairs with ``J_ij = 0`` are never bo
 Connected components, by ``components``:
 
 * ``"numba"``: a union-find compiled with numba, called inside the XLA program as a typed FFI
-  custom call (:mod:`._native`): one raster scan over a grid's bonds (or one pass over the
-  neighbour tables), no rounds. Same labels as the other paths, hence the same chains.
+  custom call (:mod:`isingattn._kernels.union_find`): one raster scan over a grid's bonds (or
+  one pass over the neighbour tables), no rounds. Same labels as the other paths, hence the
+  same chains.
 * ``"jax"``: labels clusters in JAX (node hooking onto parents with a scatter-min, two pointer
   jumps per round, until nothing changes; about 6 rounds on a 64x64 lattice at beta_c), with
   the chains of a step labelled in groups of chains, each group one block-diagonal graph. Runs

@@ -1,4 +1,4 @@
-"""The compiled forward pass of ``method='transfer'`` (``isingattn.attention._native``) against
+"""The compiled forward pass of ``method='transfer'`` (``isingattn._kernels.transfer``) against
 the JAX kernel it replaces on the CPU: marginals to float precision for every range ``r`` that
 changes the block layout, held keys, both dtypes, heads beyond the probability-space range (the
 log-domain path, per head, in both), the threaded path, ``jax.vmap``, the gradient (JAX's in
@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from isingattn.attention import _native
+from isingattn._kernels import ffi, transfer
 from isingattn.attention._banded import _fast_limit, banded_chain_marginals
 
-pytestmark = pytest.mark.skipif(not _native.available(),
+pytestmark = pytest.mark.skipif(not ffi.available(),
                                 reason="numba not installed or JAX not on the CPU")
 
 
@@ -68,7 +68,7 @@ def test_strong_heads_take_the_log_domain_path_in_both(dtype):
 def test_threaded_call_matches():
     # above THREADED_WORK state updates the units are shared among threads
     Q, N, S, r = 512, 2, 64, 8
-    assert Q * N * S << r >= _native.THREADED_WORK
+    assert Q * N * S << r >= transfer.THREADED_WORK
     a, c = _chains(Q, N, S, r, seed=3)
     m, ref = _both(a, c)
     np.testing.assert_allclose(m, ref, atol=2e-6)
@@ -109,12 +109,12 @@ def test_errors():
     with pytest.raises(ValueError, match="backend='numba' runs float32 and float64; got float16"):
         banded_chain_marginals(a.astype(jnp.float16), c, backend="numba")
     with pytest.raises(ValueError, match=r"same N; got a \(4, 2, 6\), c \(3, 3\)"):
-        _native.transfer_marginals(a, jnp.zeros((3, 3)), 20.0)
+        transfer.transfer_marginals(a, jnp.zeros((3, 3)), 20.0)
     with pytest.raises(ValueError, match=r"at least one distance \(r >= 1\); got c \(2, 0\)"):
-        _native.transfer_marginals(a, jnp.zeros((2, 0)), 20.0)
+        transfer.transfer_marginals(a, jnp.zeros((2, 0)), 20.0)
     # the handler refuses buffers it does not expect (int32 fields) with its own message
-    _native._register()
-    call = jax.ffi.ffi_call(_native.TARGET, jax.ShapeDtypeStruct((4, 2, 6), jnp.int32))
+    transfer._register()
+    call = jax.ffi.ffi_call(transfer.TARGET, jax.ShapeDtypeStruct((4, 2, 6), jnp.int32))
     with pytest.raises(Exception, match="do not have the layout this isingattn version reads"):
         jax.block_until_ready(jax.jit(call)(jnp.zeros((4, 2, 6), jnp.int32),
                                             jnp.zeros((2, 3), jnp.int32),
@@ -122,5 +122,5 @@ def test_errors():
 
 
 def test_empty():
-    assert _native.transfer_marginals(jnp.zeros((0, 2, 5)), jnp.zeros((2, 3)), 20.0).shape \
+    assert transfer.transfer_marginals(jnp.zeros((0, 2, 5)), jnp.zeros((2, 3)), 20.0).shape \
         == (0, 2, 5)

@@ -1,4 +1,4 @@
-"""The compiled union-find (``isingattn.samplers._native``) that Swendsen–Wang and Wolff use on
+"""The compiled union-find (``isingattn._kernels.union_find``) that Swendsen–Wang and Wolff use on
 the CPU: its two kernels against scipy's connected components (grids of every small shape,
 periodic and open, neighbour tables of sparse and dense graphs, leading axes and ``jax.vmap``),
 the same chains as the in-JAX labelling for both samplers, the error the XLA handler returns for
@@ -12,14 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from isingattn import _ffi
+from isingattn._kernels import ffi, union_find
 from isingattn.models import SparseIsingModel, chain, square_lattice
-from isingattn.samplers import SwendsenWangSampler, WolffSampler, _native
+from isingattn.samplers import SwendsenWangSampler, WolffSampler
 from isingattn.samplers import _clusters as swm
 
 from ._components import scipy_roots
 
-pytestmark = pytest.mark.skipif(not _native.available(),
+pytestmark = pytest.mark.skipif(not ffi.available(),
                                 reason="numba not installed or JAX not on the CPU")
 
 
@@ -30,7 +30,7 @@ def _grid_edges(Lx, Ly):
             np.stack([np.roll(idx, -1, 1), np.roll(idx, -1, 0)]))
 
 
-grid_roots = jax.jit(_native.grid_roots)
+grid_roots = jax.jit(union_find.grid_roots)
 
 
 @pytest.mark.parametrize("shape", [(12, 10), (7, 1), (1, 7), (2, 2), (2, 3), (3, 2), (1, 1)])
@@ -50,7 +50,7 @@ def test_grid_roots_leading_axes_and_vmap():
     bond = np.asarray(jax.random.bernoulli(jax.random.key(1), 0.5, (2, 3, 2, 6, 5)))
     flat = np.asarray(grid_roots(bond.reshape(6, 2, 6, 5))).reshape(2, 3, 30)
     np.testing.assert_array_equal(np.asarray(grid_roots(bond)), flat)
-    np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(_native.grid_roots))(bond)), flat)
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(union_find.grid_roots))(bond)), flat)
 
 
 def _tables(n, edges):
@@ -75,7 +75,7 @@ def test_table_roots_match_scipy(graph):
     else:
         edges = np.stack(np.triu_indices(n, 1), 1)
     nbr, slot = _tables(n, edges)
-    table = jax.jit(_native.table_roots)
+    table = jax.jit(union_find.table_roots)
     for p in (0.1, 0.3, 0.6):
         bond = rng.random((4, len(edges))) < p
         bonded = np.concatenate([bond, np.zeros((4, 1), bool)], 1)[:, slot]  # (4, n, d)
@@ -83,29 +83,29 @@ def test_table_roots_match_scipy(graph):
         for c in range(4):
             np.testing.assert_array_equal(roots[c],
                                           scipy_roots(n, edges[:, 0], edges[:, 1], bond[c]))
-        batched = jax.jit(jax.vmap(_native.table_roots, in_axes=(0, None)))
+        batched = jax.jit(jax.vmap(union_find.table_roots, in_axes=(0, None)))
         np.testing.assert_array_equal(np.asarray(batched(bonded[:, None], nbr))[:, 0], roots)
 
 
 def test_empty_inputs():
-    assert _native.grid_roots(jnp.zeros((0, 2, 3, 3), bool)).shape == (0, 9)
-    assert _native.grid_roots(jnp.zeros((2, 2, 0, 3), bool)).shape == (2, 0)
-    assert _native.table_roots(jnp.zeros((2, 0, 3), bool), np.zeros((0, 3), np.int32)).shape \
+    assert union_find.grid_roots(jnp.zeros((0, 2, 3, 3), bool)).shape == (0, 9)
+    assert union_find.grid_roots(jnp.zeros((2, 2, 0, 3), bool)).shape == (2, 0)
+    assert union_find.table_roots(jnp.zeros((2, 0, 3), bool), np.zeros((0, 3), np.int32)).shape \
         == (2, 0)
 
 
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match=r"bond must have shape \(\.\.\., 2, Lx, Ly\)"):
-        _native.grid_roots(jnp.zeros((4, 3, 5, 5), bool))
+        union_find.grid_roots(jnp.zeros((4, 3, 5, 5), bool))
     with pytest.raises(ValueError, match=r"nbr must have shape \(6, 2\) to match bonded"):
-        _native.table_roots(jnp.zeros((3, 6, 2), bool), np.zeros((6, 3), np.int32))
+        union_find.table_roots(jnp.zeros((3, 6, 2), bool), np.zeros((6, 3), np.int32))
 
 
 def test_handler_reports_an_unexpected_frame():
     # an int32 array where the handler expects bonds (PRED): it must fail with its message,
     # not read the buffer as something else
-    _native._register(_native.GRID_TARGET)
-    call = jax.ffi.ffi_call(_native.GRID_TARGET, jax.ShapeDtypeStruct((25,), jnp.int32))
+    union_find._register(union_find.GRID_TARGET)
+    call = jax.ffi.ffi_call(union_find.GRID_TARGET, jax.ShapeDtypeStruct((25,), jnp.int32))
     with pytest.raises(Exception, match="do not have the layout this isingattn version reads"):
         jax.block_until_ready(jax.jit(call)(jnp.zeros((2, 5, 5), jnp.int32)))
 
@@ -175,25 +175,25 @@ def test_auto_picks_numba_on_the_cpu():
 
 
 def test_numba_refused_off_the_cpu(monkeypatch):
-    """One policy for every compiled kernel (isingattn._ffi.resolve_backend): off the CPU
+    """One policy for every compiled kernel (isingattn._kernels.ffi.resolve_backend): off the CPU
     'auto' is 'jax' and 'numba' is a clear error naming the parameter."""
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert swm.resolve_components("auto") == "jax"
     with pytest.raises(ValueError, match="components='numba' runs compiled CPU kernels; JAX's "
                                          "default backend is 'gpu'"):
         swm.resolve_components("numba")
-    assert _ffi.resolve_backend("auto") == "jax"
+    assert ffi.resolve_backend("auto") == "jax"
     with pytest.raises(ValueError, match="backend='numba' runs compiled CPU kernels"):
-        _ffi.resolve_backend("numba")
+        ffi.resolve_backend("numba")
     with pytest.raises(ValueError, match="backend must be one of 'auto', 'numba', 'jax'; got 'c'"):
-        _ffi.resolve_backend("c")
+        ffi.resolve_backend("c")
 
 
 def test_auto_falls_back_when_registration_fails(monkeypatch):
     def refuse(target):
         raise RuntimeError("handler's API version is incompatible")
 
-    monkeypatch.setattr(_native, "_register", refuse)
-    _native._warn_once.cache_clear()
+    monkeypatch.setattr(union_find, "_register", refuse)
+    union_find._warn_once.cache_clear()
     with pytest.warns(RuntimeWarning, match="could not be registered with XLA"):
         assert swm.resolve_components("auto") == "jax"

@@ -21,10 +21,10 @@ Both union by the smaller root with path halving, so a parent never has a larger
 child, and a final pass in index order writes every node's root. Leading axes are independent
 graphs (chains, or models under ``jax.vmap``), labelled one after another on the calling thread.
 
-The handlers speak the XLA FFI C API through :mod:`isingattn._ffi` (struct sizes, dtypes and
-ranks checked; a mismatch is the API's own error, not a wrong read). Only the CPU platform is
-registered; :func:`available` tells whether this path can be used (JAX on the CPU), and
-``isingattn._ffi.resolve_backend`` is the policy every compiled-kernel user applies.
+The handlers speak the XLA FFI C API through :mod:`.ffi` (struct sizes, dtypes and ranks
+checked; a mismatch is the API's own error, not a wrong read). Only the CPU platform is
+registered; :func:`usable` tells whether a kernel can run here, and :func:`.ffi.resolve_backend`
+is the policy every compiled-kernel user applies.
 """
 
 from __future__ import annotations
@@ -39,17 +39,12 @@ import numba
 import numpy as np
 from numba import carray, types
 
-from .. import _ffi, _vma
-from .._ffi import buffer, error, frame_ok, lead, metadata, ptr, words
+from .. import _vma
+from . import ffi
+from .ffi import ERROR_ARGS, arguments, buffer, error, lead, prologue, ptr, result, words
 
 GRID_TARGET = "isingattn_union_find_grid"
 TABLE_TARGET = "isingattn_union_find_table"
-
-
-def available():
-    """Whether the compiled union-find can be used: this JAX has the typed FFI
-    (``jax.ffi.ffi_call``) and runs on the CPU."""
-    return _ffi.available()
 
 
 # ----------------------------------------------------------------------------- union-find
@@ -146,13 +141,11 @@ def label_table(bonded, nbr, out):
 def _compile_grid_handler():
     @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
     def _grid_handler(frame_ptr):
-        frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
-        if metadata(frame):
-            return ptr(0)
-        if not frame_ok(frame, 1):
-            return error(frame)
-        data, rank, dims_at = buffer(words(frame[9], 1)[0], _ffi.PRED, 3)
-        out, out_rank, out_dims_at = buffer(words(frame[14], 1)[0], _ffi.S32, 1)
+        frame, done, answer = prologue(frame_ptr, 1, ERROR_ARGS)
+        if done:
+            return answer
+        data, rank, dims_at = buffer(arguments(frame, 1)[0], ffi.PRED, 3)
+        out, out_rank, out_dims_at = buffer(result(frame), ffi.S32, 1)
         if rank < 0 or out_rank < 0:
             return error(frame)
         dims = words(dims_at, rank)
@@ -170,15 +163,13 @@ def _compile_grid_handler():
 def _compile_table_handler():
     @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
     def _table_handler(frame_ptr):
-        frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
-        if metadata(frame):
-            return ptr(0)
-        if not frame_ok(frame, 2):
-            return error(frame)
-        args = words(frame[9], 2)
-        data, rank, dims_at = buffer(args[0], _ffi.PRED, 2)
-        nbr, nbr_rank, nbr_dims_at = buffer(args[1], _ffi.S32, 2)
-        out, out_rank, _ = buffer(words(frame[14], 1)[0], _ffi.S32, 1)
+        frame, done, answer = prologue(frame_ptr, 2, ERROR_ARGS)
+        if done:
+            return answer
+        args = arguments(frame, 2)
+        data, rank, dims_at = buffer(args[0], ffi.PRED, 2)
+        nbr, nbr_rank, nbr_dims_at = buffer(args[1], ffi.S32, 2)
+        out, out_rank, _ = buffer(result(frame), ffi.S32, 1)
         if rank < 0 or nbr_rank < 0 or out_rank < 0:
             return error(frame)
         dims = words(dims_at, rank)
@@ -200,15 +191,15 @@ _HANDLERS = {GRID_TARGET: _compile_grid_handler, TABLE_TARGET: _compile_table_ha
 
 def _register(target):
     """Compile the handler of ``target`` and register it with XLA, once per process."""
-    return _ffi.register(target, _HANDLERS[target])
+    return ffi.register(target, _HANDLERS[target])
 
 
 def usable(target):
-    """Whether the kernel of ``target`` can run here: :func:`available`, and registering it
+    """Whether the kernel of ``target`` can run here: :func:`.ffi.available`, and registering it
     with XLA succeeded (done here if not yet: compiles it). A failed registration (say, an XLA
     that no longer accepts this module's FFI API version) warns once and returns False, so
     ``components="auto"`` falls back to the in-JAX labelling."""
-    if not available():
+    if not ffi.available():
         return False
     try:
         _register(target)
@@ -255,4 +246,4 @@ def table_roots(bonded, nbr):
         vmap_method="expand_dims")(jnp.asarray(bonded, bool), jnp.asarray(nbr, jnp.int32))
 
 
-__all__ = ["available", "grid_roots", "table_roots", "usable"]
+__all__ = ["grid_roots", "table_roots", "usable"]

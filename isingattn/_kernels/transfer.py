@@ -2,7 +2,7 @@
 
 The forward pass of the ``transfer`` method (:func:`~isingattn.attention._banded.
 banded_chain_marginals`) as one numba kernel, handed to XLA as a typed FFI custom call
-(:mod:`isingattn._ffi`). Same algorithm and numbers as the JAX kernel
+(:mod:`.ffi`). Same algorithm and numbers as the JAX kernel
 (:func:`~isingattn.attention._banded._marginals_tile`): messages over the ``2^r`` windows, the
 factors scaled to bounded steps, renormalized once per block of ``min(8, r)`` keys, forward
 messages kept at block ends and the block's marginals read from them and the backward message at
@@ -14,12 +14,12 @@ messages (``2^r x LANES`` numbers) stay in the core's cache for the whole chain,
 streams every step's messages through memory and runs one small kernel per step; and the units
 are shared out among threads of the kernel's own (``pthread_create`` from the handler, joined
 before it returns), where XLA's CPU runtime runs a recursion on one thread and the two lanes of
-:mod:`._banded` keep both cores busy only part of the time. Timings (the forward pass of
-``bench_attention.py``'s T = 512 workload) are in ``docs/guide/attention.md`` and
-``docs/guide/transfer.md``.
+:mod:`isingattn.attention._banded` keep both cores busy only part of the time. Timings (the
+forward pass of ``bench_attention.py``'s T = 512 workload) are in ``docs/guide/attention.md``
+and ``docs/guide/transfer.md``.
 
 Only the forward pass is here; the gradient stays the JAX one (its ``custom_vjp`` needs only the
-fields and couplings). :func:`available` tells whether this path can be used. Every function is
+fields and couplings); :func:`.ffi.resolve_backend` decides whether it runs. Every function is
 cached on disk by numba; the handler XLA calls is a few instructions compiled per process that
 pass this process's addresses to the cached :func:`_handle`.
 """
@@ -38,8 +38,9 @@ from llvmlite import ir
 from numba import carray, types
 from numba.extending import intrinsic
 
-from .. import _ffi, _vma
-from .._ffi import _call, buffer, dtype_of, frame_ok, lead, metadata, ptr, words
+from .. import _vma
+from . import ffi
+from .ffi import arguments, buffer, dtype_of, fail, lead, prologue, ptr, result, words
 
 TARGET = "isingattn_transfer_marginals"
 #: Queries of one head processed together: the last (contiguous) axis of every message. Shorter
@@ -368,7 +369,7 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
 def _run(job):
     """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, out, limit, u0, u1]."""
     Q, N, S, r = job[1], job[2], job[3], job[4]
-    if job[0] == _ffi.F32:
+    if job[0] == ffi.F32:
         limit = carray(ptr(job[8]), (1,), dtype=np.float32)[0]
         marginals_units(carray(ptr(job[5]), (Q, N, S), dtype=np.float32),
                         carray(ptr(job[6]), (N, r), dtype=np.float32),
@@ -412,26 +413,24 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     come in as arguments, so that the compiled code holds nothing of this process and can
     be cached on disk (see ``docs/guide/transfer.md`` for what per-process compilation
     cost)."""
-    frame = carray(frame_ptr, (_ffi.FRAME_WORDS,), dtype=np.int64)
-    if metadata(frame):
-        return ptr(0)
-    if not frame_ok(frame, 3):
-        return _call(words(frame[2], 7)[6], error_args)
-    args = words(frame[9], 3)
+    frame, done, answer = prologue(frame_ptr, 3, error_args)
+    if done:
+        return answer
+    args = arguments(frame, 3)
     dt = dtype_of(args[0])
-    if dt != _ffi.F32 and dt != _ffi.F64:
-        return _call(words(frame[2], 7)[6], error_args)
+    if dt != ffi.F32 and dt != ffi.F64:
+        return fail(frame, error_args)
     a, rank, a_dims = buffer(args[0], dt, 2)
     c, c_rank, c_dims = buffer(args[1], dt, 2)
     limit, _, _ = buffer(args[2], dt, 0)
-    out, out_rank, _ = buffer(words(frame[14], 1)[0], dt, 2)
+    out, out_rank, _ = buffer(result(frame), dt, 2)
     if rank < 0 or c_rank != 2 or out_rank != rank:
-        return _call(words(frame[2], 7)[6], error_args)
+        return fail(frame, error_args)
     dims = words(a_dims, rank)
     cd = words(c_dims, 2)
     N, S = dims[rank - 2], dims[rank - 1]
     if cd[0] != N:
-        return _call(words(frame[2], 7)[6], error_args)
+        return fail(frame, error_args)
     Q = lead(dims, rank, 2)
     units = N * ((Q + LANES - 1) // LANES)
     T = min(threads, units)
@@ -489,7 +488,7 @@ def _compile_handler():
     create = ctypes.cast(libc.pthread_create, ctypes.c_void_p).value
     join = ctypes.cast(libc.pthread_join, ctypes.c_void_p).value
     worker = _worker.address
-    error_args = _ffi._ERROR_ARGS_ADDRESS
+    error_args = ffi.ERROR_ARGS
     threads = MAX_THREADS
 
     handle = _handle.address
@@ -503,13 +502,7 @@ def _compile_handler():
 
 
 def _register():
-    return _ffi.register(TARGET, _compile_handler)
-
-
-def available():
-    """Whether the compiled marginals can be used: this JAX has the typed FFI
-    and runs on the CPU."""
-    return _ffi.available()
+    return ffi.register(TARGET, _compile_handler)
 
 
 def transfer_marginals(a, c, fast_limit):

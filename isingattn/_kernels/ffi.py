@@ -7,8 +7,8 @@ whose layout it reads), and reports anything it does not expect through the API'
 (``XLA_FFI_Error_Create``), so a jaxlib with a different frame fails with a message instead of
 reading the wrong memory. :func:`register` registers such a handler once per process;
 ``jax.ffi.ffi_call`` then calls it from inside a jitted program with no Python and no copies.
-Used by :mod:`isingattn.samplers._native` (union-find) and :mod:`isingattn.attention._native`
-(transfer-matrix marginals).
+:func:`prologue` is the start every handler shares. Used by :mod:`.union_find` and
+:mod:`.transfer`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def resolve_backend(backend, *, parameter="backend", usable=available) -> str:
     ``"numba"`` where the compiled kernels cannot run raises ``ValueError`` naming
     ``parameter``, JAX's platform and the alternative; ``"jax"`` is itself. The one place the
     policy is written; the compiled-kernel users call it."""
-    from ._validation import check_choice
+    from .._validation import check_choice
 
     check_choice(parameter, backend, BACKENDS)
     if backend == "auto":
@@ -69,13 +69,13 @@ PRED, S32, F32, F64 = 1, 4, 11, 12  # XLA_FFI_DataType
 _INVALID_ARGUMENT = 3  # XLA_FFI_Error_Code
 
 # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}, filled once; the
-# handlers hold their address (the arrays live as long as this module).
+# handlers hold their address, ERROR_ARGS (the arrays live as long as this module).
 _MESSAGE = np.frombuffer(
     b"isingattn custom call: the XLA FFI call frame or its buffers do not have the layout this "
     b"isingattn version reads (XLA FFI C API 0.x, 64-bit); use the JAX path of the caller "
     b"(components='jax', or backend='jax')\0", np.uint8)
 _ERROR_ARGS = np.array([28, 0, _MESSAGE.ctypes.data, _INVALID_ARGUMENT], np.int64)
-_ERROR_ARGS_ADDRESS = int(_ERROR_ARGS.ctypes.data)
+ERROR_ARGS = int(_ERROR_ARGS.ctypes.data)
 
 
 @intrinsic
@@ -99,8 +99,15 @@ def words(address, n):
     return carray(ptr(address), (n,), dtype=np.int64)
 
 @numba.njit(inline="always")
+def fail(frame, error_args):
+    """XLA's error for this call (``XLA_FFI_Error_Create`` with the arguments at the address
+    ``error_args``): what a handler returns for a frame or buffer it does not expect."""
+    return _call(words(frame[2], 7)[6], error_args)
+
+@numba.njit(inline="always")
 def error(frame):
-    return _call(words(frame[2], 7)[6], _ERROR_ARGS_ADDRESS)
+    """:func:`fail` with this process's error arguments (:data:`ERROR_ARGS`)."""
+    return fail(frame, ERROR_ARGS)
 
 @numba.njit(inline="always")
 def metadata(frame):
@@ -123,6 +130,29 @@ def metadata(frame):
 def frame_ok(frame, nargs):
     return (frame[0] >= 8 * FRAME_WORDS and frame[5] >= _ARGS_SIZE and frame[7] == nargs
             and frame[10] >= _RETS_SIZE and frame[12] == 1)
+
+@numba.njit(inline="always")
+def prologue(frame_ptr, nargs, error_args):
+    """What every handler does first: ``(frame, done, answer)``, ``frame`` the call frame's
+    first ``FRAME_WORDS`` words. ``done``: the handler returns ``answer`` at once, null after
+    answering XLA's metadata query, or the API's error (:func:`fail` with ``error_args``) for a
+    frame not of the layout read here with ``nargs`` arguments and one result."""
+    frame = carray(frame_ptr, (FRAME_WORDS,), dtype=np.int64)
+    if metadata(frame):
+        return frame, True, ptr(0)
+    if not frame_ok(frame, nargs):
+        return frame, True, fail(frame, error_args)
+    return frame, False, ptr(0)
+
+@numba.njit(inline="always")
+def arguments(frame, nargs):
+    """The addresses of the call's ``nargs`` argument buffers (XLA_FFI_Buffer)."""
+    return words(frame[9], nargs)
+
+@numba.njit(inline="always")
+def result(frame):
+    """The address of the call's one result buffer (XLA_FFI_Buffer)."""
+    return words(frame[14], 1)[0]
 
 @numba.njit(inline="always")
 def buffer(address, dtype, min_rank):

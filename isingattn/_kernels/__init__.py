@@ -1,0 +1,15 @@
+"""The library's compiled kernels: numba code that XLA calls as typed FFI custom calls (CPU).
+
+* :mod:`.ffi`: what every kernel shares: reading XLA's call frame, answering its metadata
+  query, reporting a frame it does not expect as the API's error, registering a handler once
+  per process, and the backend policy;
+* :mod:`.union_find`: connected components for the cluster samplers
+  (:mod:`isingattn.samplers._clusters`);
+* :mod:`.transfer`: the forward pass of banded-chain marginals for ``method='transfer'``
+  attention (:mod:`isingattn.attention._banded`).
+
+One policy decides where a kernel runs, :func:`.ffi.resolve_backend`: ``"auto"`` is the
+compiled kernel where JAX runs on the CPU (and XLA accepted the kernel), else JAX; ``"numba"``
+where it cannot run is a ``ValueError``; ``"jax"`` is JAX on any backend. Every user of a
+kernel (``Transfer(backend=...)``, the cluster samplers' ``components=...``) calls it.
+"""
