@@ -12,9 +12,10 @@ algorithm and size, IN SWEEPS:
 * Wolff: one step = one cluster flip; a flip touches |C| spins, so
   tau_sweeps = tau_flips * <|C|> / N (the kernel's ``info["sweep_fraction"]``).
 
-The chains are driven here by the samplers' own kernels (``init`` / ``step_chains``) inside one
-jitted ``lax.scan`` that records only E and m per draw: returning every configuration through
-``sampler.sample`` would cost ~30x more than the sweeps at thinning 1.
+The chains run on the samplers' driver (:func:`isingattn.samplers.init_chains` /
+:func:`~isingattn.samplers.run_chains`) in chunks of the same shape, with an observer that
+records only E and m per draw: returning every configuration through ``sampler.sample`` would
+cost ~30x more than the sweeps at thinning 1.
 
 tau_int = 1 + 2 sum_t rho(t) (the ESS convention; Sokal's papers quote half of it) comes from
 :func:`isingattn.diagnostics.integrated_autocorr_time` with ``mean="pooled"``: one mean over all
@@ -66,14 +67,13 @@ import time
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
 from isingattn.diagnostics import integrated_autocorr_time
 from isingattn.exact import BETA_C
 from isingattn.models import square_lattice
-from isingattn.samplers import BACKENDS
+from isingattn.samplers import BACKENDS, init_chains, observables, run_chains
 
 from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
@@ -112,31 +112,8 @@ def thinning_for(name, L):
     return int(min(5, max(1, round(tau_guess(name, L) / 150))))
 
 
-def make_runner(sampler, model, thin, chunk):
-    """Jitted ``(states, keys, t0) -> (states, E, m, sweeps)``: ``chunk`` draws of ``thin`` steps
-    for every chain; E, m and the sweep-equivalents per draw shaped (chain, chunk). Step t of a
-    chain uses the key fold_in(key_chain, t), as the samplers' own driver does."""
-    beta = model.beta
-    fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
-
-    @jax.jit
-    def run(states, keys, t0):
-        def draw(states, j):
-            def step(carry, i):
-                st, sw = carry
-                st, info = sampler.step_chains(model, st, fold(keys, t0 + j * thin + i), beta)
-                frac = info.get("sweep_fraction", 1.0)  # Wolff: flipped fraction
-                return (st, sw + frac), None
-
-            sw0 = jnp.zeros(keys.shape[0], jnp.float32)
-            (states, sw), _ = jax.lax.scan(step, (states, sw0), jnp.arange(thin))
-            x = states.x
-            return states, (model.energy(x), x.mean(-1), sw)
-
-        states, (E, m, sw) = jax.lax.scan(draw, states, jnp.arange(chunk))
-        return states, E.T, m.T, sw.T
-
-    return run
+#: What the chains record per draw: energy and magnetization (the driver's observer).
+OBSERVE = observables("energy", "magnetization")
 
 
 def tau_all(series, mean):
@@ -157,27 +134,18 @@ def measure(name, L, key, *, chains, chunk, target, min_tau_per_chain, max_secon
     thin = thinning_for(name, L)
     burnin_draws = max(1, int(np.ceil(30 * tau_guess(name, L) / thin)), 200 // thin)
     t0 = time.perf_counter()
-    k_init, k_x, k_run = jax.random.split(key, 3)
-    x0 = jnp.where(jax.random.bernoulli(k_x, 0.5, (chains, model.n)), 1.0, -1.0)
-    states = jax.vmap(sampler.init, in_axes=(None, 0, 0))(
-        model, jax.random.split(k_init, chains), x0.astype(model.dtype))
-    keys = jax.random.split(k_run, chains)
-    step_no = 0
-    # burn-in with its own (shorter or equal) chunk shape: at most two compilations per point
-    b_chunk = min(chunk, burnin_draws)
-    burn = make_runner(sampler, model, thin, b_chunk)
-    for _ in range(int(np.ceil(burnin_draws / b_chunk))):
-        states, *_ = burn(states, keys, jnp.int32(step_no))
-        step_no += b_chunk * thin
-    burnin_sweeps = step_no  # in steps (Wolff: flips)
-    run = make_runner(sampler, model, thin, chunk)
+    state = init_chains(sampler, model, key, chains)
+    # burn-in (a loop bound of the driver for Metropolis and SW; Wolff's scan compiles once)
+    state = run_chains(sampler, model, state, 0, num_burnin=burnin_draws * thin).chains
+    burnin_sweeps = burnin_draws * thin  # in steps (Wolff: flips)
     E, M, SW = [], [], []
     while True:
-        states, e, m, sw = run(states, keys, jnp.int32(step_no))
-        step_no += chunk * thin
-        E.append(np.asarray(e, np.float64))
-        M.append(np.asarray(m, np.float64))
-        SW.append(np.asarray(sw, np.float64))
+        run = run_chains(sampler, model, state, chunk, thinning=thin, observe=OBSERVE)
+        state = run.chains
+        E.append(np.asarray(run.draws["energy"], np.float64))
+        M.append(np.asarray(run.draws["magnetization"], np.float64))
+        # sweeps per draw: thin steps, each a sweep (Wolff: the flipped fraction |C| / N)
+        SW.append(thin * np.asarray(run.info.get("sweep_fraction", 1.0), np.float64))
         Es, Ms = np.concatenate(E, 1), np.concatenate(M, 1)
         taus = tau_all(as_series(Es, Ms), "pooled")
         draws = Es.shape[1]
@@ -185,7 +153,7 @@ def measure(name, L, key, *, chains, chunk, target, min_tau_per_chain, max_secon
                      and draws >= min_tau_per_chain * taus[k][0] for k in STOP_ON)
         if enough or time.perf_counter() - t0 > max_seconds:
             break
-    sweeps_per_draw = float(np.mean(np.concatenate(SW, 1)))
+    sweeps_per_draw = float(np.mean(SW))
     if series_dir is not None:
         os.makedirs(series_dir, exist_ok=True)
         np.savez_compressed(os.path.join(series_dir, f"{name}_L{L}.npz"), E=Es.astype(np.float32),

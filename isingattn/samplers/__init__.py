@@ -8,6 +8,7 @@ from ._base import TIMING_KEYS, Sampler, Samples, key_from_seed, seed_from_key
 from ._colouring import colour_classes
 from ._diabatic import DiabaticAnnealingSampler
 from ._dimod import DimodSampler, as_dimod_sampler
+from ._driver import OBSERVABLES, ChainRun, Chains, init_chains, observables, run_chains
 from ._exact import ExactSampler
 from ._gibbs import GibbsSampler
 from ._mcmc import MCMCSampler, SingleSiteSampler
@@ -46,7 +47,10 @@ def get_sampler(name: str, **kwargs) -> Sampler:
 
 __all__ = [
     "BACKENDS",
+    "OBSERVABLES",
     "TIMING_KEYS",
+    "ChainRun",
+    "Chains",
     "DiabaticAnnealingSampler",
     "DimodSampler",
     "ExactSampler",
@@ -76,6 +80,9 @@ __all__ = [
     "find_tiles",
     "get_sampler",
     "host_sample_callback",
+    "init_chains",
     "key_from_seed",
+    "observables",
+    "run_chains",
     "seed_from_key",
 ]

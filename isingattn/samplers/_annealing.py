@@ -36,6 +36,7 @@ from .._validation import check_choice, check_positive_int, is_concrete, shape_s
 from ..models import ModelBase, SparseIsingModel, Vartype
 from ._base import Sampler
 from ._colouring import colour_classes
+from ._driver import check_initial_states, random_initial_states
 from ._sharding import auto_axes, batch_split, map_models
 
 #: Schedule types: dwave-samplers' three, plus ``"fixed"`` (constant at each model's own beta).
@@ -386,32 +387,15 @@ def _canonical_criteria(value):
 
 
 def _initial_spins(model, key, num_reads, initial_states):
-    """Initial SPIN states ``batch + (num_reads, n)`` (masked variables at -1)."""
-    batch, n = model.batch_shape, model.n
-    shape = batch + (num_reads, n)
+    """Initial SPIN states ``batch + (num_reads, n)`` (masked variables at -1): the MCMC
+    chains' initial-state rules (:func:`random_initial_states`, :func:`check_initial_states`)."""
     if initial_states is None:
-        x = jnp.where(jax.random.bernoulli(key, 0.5, shape), 1.0, -1.0).astype(model.dtype)
+        x = random_initial_states(model, key, num_reads)
     else:
-        x = jnp.asarray(initial_states)
-        if is_concrete(x):
-            vals = np.unique(np.asarray(x))
-            allowed = model.vartype.values
-            if not set(vals.tolist()) <= set(allowed):
-                raise ValueError(
-                    f"initial_states must hold only {allowed} for a {model.vartype.value} "
-                    f"model; found {vals.tolist()}"
-                )
-        try:
-            x = jnp.broadcast_to(x, shape)
-        except ValueError:
-            raise ValueError(
-                f"initial_states must broadcast to batch + (num_reads, n) = {shape_str(shape)}; "
-                f"got {shape_str(x.shape)}"
-            ) from None
-        x = x.astype(model.dtype)
-        if model.vartype is Vartype.BINARY:
-            x = 2 * x - 1
-    mask = jnp.broadcast_to(model.mask, batch + (n,))[..., None, :]
+        x = check_initial_states(initial_states, model, num_reads, axis="num_reads")
+    if model.vartype is Vartype.BINARY:
+        x = 2 * x - 1
+    mask = jnp.broadcast_to(model.mask, model.batch_shape + (model.n,))[..., None, :]
     return jnp.where(mask, x, -1.0).astype(model.dtype)
 
 
@@ -460,13 +444,8 @@ def anneal(
     if beta_range is not None:
         _check_schedule_values("beta_range", beta_range,
                                allow_zero=beta_schedule_type != "geometric")
-    if initial_states is not None and is_concrete(initial_states):
-        vals = set(np.unique(np.asarray(initial_states)).tolist())
-        if not vals <= set(model.vartype.values):
-            raise ValueError(
-                f"initial_states must hold only {model.vartype.values} for a "
-                f"{model.vartype.value} model; found {sorted(vals)}"
-            )
+    if initial_states is not None:  # the values and shape, before compiling
+        check_initial_states(initial_states, model, num_reads, axis="num_reads")
     as_arr = lambda v: None if v is None else jnp.asarray(v)
     model = auto_axes(model)
     return _anneal_jit(

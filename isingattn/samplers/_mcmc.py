@@ -1,4 +1,4 @@
-"""The driver shared by every MCMC backend, and the single-site machinery of Gibbs/Metropolis.
+"""The MCMC kernel base class, and the single-site machinery of Gibbs/Metropolis.
 
 A backend is a frozen dataclass (hashable: its configuration is part of the compiled program)
 that subclasses :class:`MCMCSampler` and supplies a pure kernel, blackjax-style:
@@ -9,10 +9,10 @@ that subclasses :class:`MCMCSampler` and supplies a pure kernel, blackjax-style:
   ``info`` is a dict of arrays of fixed shape, usually scalars (acceptance rate, cluster size,
   ...; parallel tempering adds one entry per replica pair).
 
-Both act on ONE model (batch shape ``()``) and ONE chain; the driver ``vmap``s them over chains
-and over every model of the batch, ``lax.scan``s over sweeps, and jit-compiles the whole run
-once per (backend configuration, model structure, sizes): a second call with the same sizes
-does not trace again. Users who want their own driver call ``init``/``step`` directly.
+Both act on ONE model (batch shape ``()``) and ONE chain. The driver
+(:mod:`isingattn.samplers._driver`: :func:`init_chains`, :func:`run_chains`) runs any kernel
+over chains and models with burn-in, thinning, a β schedule and observers; ``sample`` is one
+such run returning every kept configuration.
 
 The driver calls ``step_chains(model, states, keys, beta)`` (all chains of one model, leading
 chain axis), which defaults to ``vmap(step)``; a backend may override it with a faster layout
@@ -21,113 +21,27 @@ as long as the result is the same (the single-site samplers put the chain axis m
 A backend whose state carries its own random stream (``carries_stream = True``: the
 single-site samplers and Swendsen–Wang, whose xoshiro128** generators are seeded by ``init``)
 also accepts ``key=None`` in ``step``/``step_chains``: the sweep then continues the state's
-stream without mixing in a fresh key. For those backends, at a fixed ``beta``, the driver runs
-nested loops that touch nothing per sweep but the kernel (burn-in loop, then one loop per kept
-draw over its ``thinning`` sweeps). XLA's CPU runtime executes a loop body whose operations form
-a single dependency chain inline on the calling thread, and hands it to its thread pool
-otherwise; per-sweep key derivation and draw bookkeeping would make the body a graph, and the
-pool's hand-offs cost more than a whole checkerboard sweep (figures in ``docs/guide/mcmc.md``,
-Implementation notes). Large runs (at least :data:`LANE_MIN_UPDATES` spin updates per
-sweep) split the chains into :data:`CHAIN_LANES` lanes stepped side by side in one body, so that
-the runtime runs them on different cores; every chain carries its own stream, so the draws do
-not change. Kernels may also supply loop-invariant tables (``prepare``), which the driver
-computes before its loops. Other backends, and runs with a ``beta_schedule``,
-use one scan over all sweeps with the key ``fold_in(chain key, sweep)``.
-
-Run layout: ``num_burnin`` sweeps are discarded, then ``num_samples`` draws are kept, one every
-``thinning`` sweeps. ``beta_schedule`` (optional) gives the inverse temperature of every sweep,
-length ``num_burnin + num_samples * thinning``; by default every sweep uses the model's ``beta``.
-``info`` of the result holds the mean of each kernel info entry over the kept sweeps, shaped
-``batch + (chain,) + entry shape``. Masked variables of ``initial_states`` are set to the low
-value before the first sweep, and no kernel ever changes them.
+stream without mixing in a fresh key; the driver then runs loops that hold nothing but the
+kernel (see :mod:`~isingattn.samplers._driver` and ``docs/guide/mcmc.md``). Kernels may also
+supply loop-invariant tables (``prepare``), which the driver computes before its loops.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_choice, check_positive_int, is_concrete, shape_str
+from .._validation import check_choice
 from ..models import IsingModel, SparseIsingModel
 from ._base import Sampler
-from ._sharding import batch_split, map_models, num_shards
+from ._driver import init_chains, run_chains
 
 MCMC_PARAMETERS = {"num_burnin": [], "thinning": [], "initial_states": [], "beta_schedule": []}
-
-#: Spin updates per sweep (models x chains x variables) from which the streamed driver splits
-#: the chains into :data:`CHAIN_LANES` independent lanes (see :func:`_chain_lanes`).
-LANE_MIN_UPDATES = 1 << 19
-#: Lanes of chains the streamed driver runs side by side in one loop body.
-CHAIN_LANES = 2
-
-
-def _chain_lanes(num_models, num_chains, n):
-    """How many lanes the streamed driver splits the chains into. One sweep of all chains is a
-    chain of dependent operations, which XLA's CPU runtime runs on one thread; independent lanes
-    in the same loop body run concurrently, at the price of the thread pool's hand-offs, which
-    only large sweeps repay."""
-    if num_chains < CHAIN_LANES or num_models * num_chains * n < LANE_MIN_UPDATES:
-        return 1
-    return CHAIN_LANES
-
-
-def random_initial_states(model_flat, key, num_chains):
-    """Uniformly random states ``(B, chain, n)`` with masked variables at the low value."""
-    B, n = model_flat.h.shape
-    low, high = model_flat.vartype.values
-    bits = jax.random.bernoulli(key, 0.5, (B, num_chains, n))
-    x = jnp.where(bits, high, low).astype(model_flat.dtype)
-    return jnp.where(model_flat.mask[:, None, :], x, low)
-
-
-def check_initial_states(initial_states, model, num_chains):
-    """Validate user initial states and broadcast them to ``batch + (chain, n)``."""
-    x = jnp.asarray(initial_states, model.dtype)
-    target = model.batch_shape + (num_chains, model.n)
-    try:
-        x = jnp.broadcast_to(x, target)
-    except ValueError:
-        raise ValueError(
-            f"initial_states must broadcast to batch + (chain, n) = {shape_str(target)}; got "
-            f"{shape_str(x.shape)}"
-        ) from None
-    if is_concrete(x):
-        vals = set(np.unique(np.asarray(x)).tolist())
-        allowed = {float(v) for v in model.vartype.values}
-        if not vals <= allowed:
-            raise ValueError(
-                f"initial_states must hold {model.vartype.value} values {sorted(allowed)}; "
-                f"found {sorted(vals - allowed)}"
-            )
-    return x
-
-
-def check_beta_schedule(beta_schedule, total_sweeps):
-    """Validate ``beta_schedule`` (one positive, finite beta per sweep) and return it."""
-    try:
-        sched = np.asarray(beta_schedule, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"beta_schedule must be a 1-D array of numbers; got {beta_schedule!r}"
-        ) from None
-    if sched.ndim != 1 or sched.shape[0] != total_sweeps:
-        raise ValueError(
-            "beta_schedule must be a 1-D array with one inverse temperature per sweep, length "
-            f"num_burnin + num_samples * thinning = {total_sweeps}; got shape "
-            f"{shape_str(sched.shape)}"
-        )
-    if not (np.all(np.isfinite(sched)) and np.all(sched > 0)):
-        i = int(np.nonzero(~(np.isfinite(sched) & (sched > 0)))[0][0])
-        raise ValueError(
-            f"beta_schedule must be positive and finite; found {sched[i]} at sweep {i}"
-        )
-    return sched
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +51,9 @@ class MCMCSampler(Sampler):
     Options of :meth:`sample` (besides ``num_chains``): ``num_burnin`` (default
     :attr:`default_burnin`), ``thinning`` (default 1), ``initial_states`` (``batch + (chain, n)``,
     broadcastable; default uniformly random, masked variables at the low value),
-    ``beta_schedule`` (see module docstring).
+    ``beta_schedule`` (one β per sweep; see :func:`~isingattn.samplers.run_chains`). For runs
+    that record less than every configuration, or continue in chunks, use
+    :func:`~isingattn.samplers.init_chains` and :func:`~isingattn.samplers.run_chains`.
     """
 
     default_burnin = 100
@@ -177,133 +93,14 @@ class MCMCSampler(Sampler):
         size-inflating operations (neighbour-table gathers, tiling over chains) out of a loop,
         and left inside they both cost time and split the loop body's dependency chain."""
 
-    # -- driver ------------------------------------------------------------------------
+    # -- sampling: one driver run keeping every configuration ---------------------------
     def _sample(self, model, key, num_samples, num_chains, *, num_burnin=None, thinning=1,
                 initial_states=None, beta_schedule=None):
         num_burnin = self.default_burnin if num_burnin is None else num_burnin
-        num_burnin = check_positive_int("num_burnin", num_burnin, 0)
-        thinning = check_positive_int("thinning", thinning, 1)
-        self.check_model(model)
-        total = num_burnin + num_samples * thinning
-        flat = model.flatten_batch()
-        B = flat.h.shape[0]
-        k_init, k_run = jax.random.split(key)
-        if initial_states is None:
-            x0 = random_initial_states(flat, k_init, num_chains)
-        else:
-            x0 = check_initial_states(initial_states, model, num_chains).reshape(
-                (B, num_chains, model.n))
-            x0 = jnp.where(flat.mask[:, None, :], x0, model.vartype.low)
-        streamed = self.carries_stream and beta_schedule is None
-        if streamed:  # one beta per model: the run length is no part of the program
-            betas = flat.beta[:, None]
-        elif beta_schedule is None:
-            betas = jnp.broadcast_to(flat.beta[:, None], (B, total))
-        else:
-            sched = jnp.asarray(check_beta_schedule(beta_schedule, total), model.dtype)
-            betas = jnp.broadcast_to(sched, (B, total))
-        keys = jax.random.split(k_run, B * num_chains).reshape(B, num_chains)
-        split = batch_split(model)
-        lanes = _chain_lanes(B // num_shards(split), num_chains, model.n) if streamed else 1
-        xs, info = _run(self, flat, keys, x0, betas, jnp.int32(num_burnin), num_samples,
-                        jnp.int32(thinning), streamed, lanes, split)
-        batch = model.batch_shape
-        spins = xs.reshape(batch + (num_chains, num_samples, model.n))
-        info = {k: v.reshape(batch + (num_chains,) + v.shape[2:]) for k, v in info.items()}
-        return spins, info
-
-
-@functools.partial(jax.jit, static_argnums=(0, 6, 8, 9, 10))
-def _run(sampler, flat, keys, x0, betas, num_burnin, num_samples, thinning, streamed, lanes,
-         split=None):
-    # streamed (fixed beta, a kernel that carries its stream): nested loops whose bodies hold
-    # only the kernel, so XLA runs them inline (module docstring), or with lanes > 1 the chains
-    # split into that many independent lanes (_chain_lanes; the same draws, as every chain has
-    # its own stream). num_burnin and thinning are loop bounds there, traced: changing them
-    # does not recompile.
-    # Otherwise: one scan over all sweeps (burn-in included), the kernel traced and compiled once.
-    # After sweep t the state is written to draw slot max(t - num_burnin, 0) // thinning; the
-    # last write to slot k is sweep num_burnin + (k + 1) * thinning - 1, the kept one. Only the
-    # sweep count (betas' shape) and num_samples (the buffer) fix the compiled program;
-    # num_burnin and thinning are traced, so changing them alone does not recompile.
-    total = betas.shape[1]
-
-    def one_model(model, keys, x, beta_row):
-        ks = jax.vmap(jax.random.split)(keys)
-        k_init, k_run = ks[:, 0], ks[:, 1]
-        states = jax.vmap(sampler.init, in_axes=(None, 0, 0))(model, k_init, x)
-        _, info0 = jax.eval_shape(sampler.step_chains, model, states, k_run, beta_row[0])
-        acc0 = jax.tree_util.tree_map(
-            lambda a: jnp.zeros(a.shape, jnp.result_type(a.dtype, jnp.float32)), info0)
-        kept = (num_samples * thinning).astype(jnp.float32)
-        buf0 = jnp.zeros((x.shape[0], num_samples) + x.shape[1:], x.dtype)
-        if streamed:
-            beta = beta_row[0]
-            bounds = list(itertools.pairwise(np.linspace(0, x.shape[0], lanes + 1).astype(int)))
-
-            def split(tree):
-                def part(lo, hi):
-                    return jax.tree_util.tree_map(lambda a: a[lo:hi], tree)
-
-                return tuple(part(lo, hi) for lo, hi in bounds)
-
-            def join(trees):
-                return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *trees)
-
-            kws = []
-            for lo, hi in bounds:
-                prep = sampler.prepare(model, beta, int(hi - lo))
-                kws.append({} if prep is None else {"prep": prep})
-
-            def sweep(states):  # one sweep of every lane: independent operation chains
-                return tuple(sampler.step_chains(model, st, None, beta, **kw)
-                             for st, kw in zip(states, kws))
-
-            def burn(_, states):
-                return tuple(st for st, _ in sweep(states))
-
-            def kept_sweep(_, carry):
-                states, acc = carry
-                out = sweep(states)
-                return (tuple(st for st, _ in out),
-                        tuple(jax.tree_util.tree_map(lambda a, v: a + v, a, info)
-                              for a, (_, info) in zip(acc, out)))
-
-            def draw(k, carry):
-                states, acc, buf = carry
-                states, acc = jax.lax.fori_loop(0, thinning, kept_sweep, (states, acc))
-                x = jnp.concatenate([st.x for st in states])
-                return states, acc, jax.lax.dynamic_update_index_in_dim(buf, x, k, 1)
-
-            states = jax.lax.fori_loop(0, num_burnin, burn, split(states))
-            _, acc, buf = jax.lax.fori_loop(0, num_samples, draw, (states, split(acc0), buf0))
-            return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), join(acc))
-        fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
-
-        def sweep(carry, t):
-            states, buf, acc = carry
-            states, info = sampler.step_chains(model, states, fold(k_run, t), beta_row[t])
-            slot = jnp.maximum(t - num_burnin, 0) // thinning
-            buf = jax.lax.dynamic_update_index_in_dim(buf, states.x, slot, 1)
-            kept = t >= num_burnin
-            acc = jax.tree_util.tree_map(lambda a, v: a + jnp.where(kept, v, 0), acc, info)
-            return (states, buf, acc), None
-
-        (_, buf, acc), _ = jax.lax.scan(sweep, (states, buf0, acc0), jnp.arange(total))
-        return buf, jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
-
-    def models(flat, keys, x0, betas):
-        if flat.h.shape[0] == 1:
-            # one model: no vmap over models. Batching the model's own arrays turns the
-            # neighbour gathers of sparse sweeps into batched gathers, much slower on CPU.
-            one = jax.tree_util.tree_map(lambda a: a[0], (flat, keys, x0, betas))
-            return jax.tree_util.tree_map(lambda a: a[None], one_model(*one))
-        if isinstance(flat, SparseIsingModel) and flat.n * x0.shape[1] >= 4096:
-            # large sparse models (lattices): one model at a time, for the same reason
-            return jax.lax.map(lambda args: one_model(*args), (flat, keys, x0, betas))
-        return jax.vmap(one_model)(flat, keys, x0, betas)
-
-    return map_models(models, split, flat, keys, x0, betas)
+        chains = init_chains(self, model, key, num_chains, initial_states=initial_states)
+        run = run_chains(self, model, chains, num_samples, num_burnin=num_burnin,
+                         thinning=thinning, beta_schedule=beta_schedule)
+        return run.draws, run.info
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The MCMC driver (isingattn/samplers/_mcmc.py): determinism, run layout, bad input and
+"""The MCMC driver (isingattn/samplers/_driver.py): determinism, run layout, bad input and
 compilation caching, for the single-site backends and parallel tempering.
 
 Everything here is deterministic (no statistical assertion), so the false-failure rate is 0,
@@ -17,12 +17,17 @@ import pytest
 
 from isingattn.models import chain, random_dense
 from isingattn.samplers import (
+    ChainRun,
+    Chains,
     GibbsSampler,
     MetropolisSampler,
     ParallelTemperingSampler,
     SwendsenWangSampler,
+    init_chains,
+    observables,
+    run_chains,
 )
-from isingattn.samplers._mcmc import _run
+from isingattn.samplers._driver import _run
 
 # one model size and one run length everywhere, so the compiled programs are shared
 N, NS, NC = 6, 20, 3
@@ -262,7 +267,7 @@ def test_chain_lanes_give_the_same_draws(name, monkeypatch):
     # Large runs split the chains into lanes that XLA runs concurrently (_chain_lanes). Every
     # chain carries its own stream, so the split must change nothing: force it on a small run
     # (5 chains: lanes of 2 and 3, two models) and compare with the unsplit run.
-    import isingattn.samplers._mcmc as mcmc
+    import isingattn.samplers._driver as mcmc
     from isingattn.models import square_lattice
 
     sampler, model = _STREAMED[name]
@@ -278,3 +283,99 @@ def test_chain_lanes_give_the_same_draws(name, monkeypatch):
     for k in runs[0].info:
         if k != "timing":
             np.testing.assert_allclose(runs[1].info[k], runs[0].info[k], rtol=1e-6)
+
+
+# ------------------------------------------------------- the public driver: chunks, observers
+# init_chains + run_chains is what sample() does; a run continued from the chains it returns
+# draws what one longer run would, for kernels that carry their stream (at a fixed beta) and
+# for those that take a key per sweep (fold_in(chain key, sweep number)) alike.
+_CHUNKED = {
+    "gibbs-streamed": GibbsSampler(),
+    "pt-keyed": ParallelTemperingSampler(num_replicas=3),
+}
+
+
+@pytest.mark.parametrize("name", list(_CHUNKED))
+def test_sample_is_one_driver_run(name):
+    sampler = _CHUNKED[name]
+    key = jax.random.key(21)
+    ref = _draw(sampler, key)
+    run = run_chains(sampler, MODEL, init_chains(sampler, MODEL, key, NC), NS, num_burnin=5)
+    assert isinstance(run, ChainRun) and isinstance(run.chains, Chains)
+    np.testing.assert_array_equal(run.draws, ref.spins)
+    for k in run.info:
+        np.testing.assert_array_equal(run.info[k], ref.info[k])
+    assert int(run.chains.sweep) == 5 + NS
+    np.testing.assert_array_equal(run.chains.state.x, ref.spins[:, -1])
+
+
+@pytest.mark.parametrize("name", list(_CHUNKED))
+def test_a_continued_run_draws_what_one_long_run_draws(name):
+    sampler = _CHUNKED[name]
+    chains = init_chains(sampler, MODEL, jax.random.key(22), NC)
+    whole = run_chains(sampler, MODEL, chains, NS, num_burnin=5)
+    burnt = run_chains(sampler, MODEL, chains, 0, num_burnin=5)  # burn-in only: nothing kept
+    assert burnt.draws.shape == (NC, 0, N)
+    first = run_chains(sampler, MODEL, burnt.chains, NS // 2)
+    second = run_chains(sampler, MODEL, first.chains, NS - NS // 2)
+    np.testing.assert_array_equal(
+        np.concatenate([first.draws, second.draws], axis=1), whole.draws)
+    assert int(second.chains.sweep) == 5 + NS
+
+
+def test_continued_run_under_a_beta_schedule():
+    # a schedule switches a streamed kernel to one key per sweep; chunks still add up
+    sampler = GibbsSampler()
+    chains = init_chains(sampler, MODEL, jax.random.key(23), NC)
+    betas = np.linspace(0.2, 1.0, 12)
+    whole = run_chains(sampler, MODEL, chains, 12, beta_schedule=betas)
+    a = run_chains(sampler, MODEL, chains, 6, beta_schedule=betas[:6])
+    b = run_chains(sampler, MODEL, a.chains, 6, beta_schedule=betas[6:])
+    np.testing.assert_array_equal(np.concatenate([a.draws, b.draws], axis=1), whole.draws)
+
+
+def test_observers_record_functions_of_the_kept_configurations():
+    # the observations are the named functions of the very configurations a plain run keeps
+    from isingattn.models import square_lattice
+
+    model = square_lattice(4, beta=0.4).replace(h=jnp.zeros((2, 16)).at[1].set(0.3))
+    model = model.replace(mask=jnp.ones((2, 16), bool).at[:, 0].set(False))
+    sampler = MetropolisSampler()
+    chains = init_chains(sampler, model, jax.random.key(24), 2)
+    plain = run_chains(sampler, model, chains, 5, num_burnin=2, thinning=2)
+    obs = observables("energy", "magnetization", "abs_magnetization", "x")
+    assert observables("energy", "magnetization", "abs_magnetization", "x") is obs
+    seen = run_chains(sampler, model, chains, 5, num_burnin=2, thinning=2, observe=obs)
+    x = np.asarray(plain.draws)
+    assert seen.draws["energy"].shape == (2, 2, 5)
+    np.testing.assert_array_equal(seen.draws["x"], x)
+    np.testing.assert_allclose(seen.draws["energy"], model.energy(plain.draws), rtol=1e-6)
+    m = x[..., 1:].mean(-1)  # variable 0 is masked (held at -1) and does not count
+    np.testing.assert_allclose(seen.draws["magnetization"], m, rtol=1e-6)
+    np.testing.assert_allclose(seen.draws["abs_magnetization"], np.abs(m), rtol=1e-6)
+    for k in plain.info:
+        np.testing.assert_array_equal(seen.info[k], plain.info[k])
+    # a user's own observer: any traceable function of (model, x)
+    def first_two(model, x):
+        return x[:2]
+
+    own = run_chains(sampler, model, chains, 5, num_burnin=2, thinning=2, observe=first_two)
+    np.testing.assert_array_equal(own.draws, x[..., :2])
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: observables(), ValueError, "at least one"),
+    (lambda: observables("energy", "heat"), ValueError, "'heat'"),
+    (lambda: init_chains(object(), MODEL, jax.random.key(0)), TypeError, "protocol"),
+    (lambda: init_chains(GibbsSampler(), MODEL, 0), TypeError, "key"),
+    (lambda: run_chains(GibbsSampler(), MODEL, "chains", 3), TypeError, "Chains"),
+    (lambda: run_chains(GibbsSampler(), MODEL,
+                        init_chains(GibbsSampler(), MODEL, jax.random.key(0), 2), -1),
+     ValueError, "num_samples"),
+    (lambda: run_chains(GibbsSampler(), MODEL.replace(h=jnp.zeros((2, N))),
+                        init_chains(GibbsSampler(), MODEL, jax.random.key(0), 2), 3),
+     ValueError, "batch"),
+])
+def test_driver_bad_input_names_the_problem(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
