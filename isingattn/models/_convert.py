@@ -1,4 +1,7 @@
-"""Conversions to and from dimod's BinaryQuadraticModel and networkx graphs.
+"""Conversions between the model classes, and to and from dimod's BinaryQuadraticModel and
+networkx graphs. The one module that imports both model classes: their conversion methods
+(``to_dense``, ``to_sparse``, ``to_bqm``, ``to_networkx``) call in here, so ``_dense`` and
+``_sparse`` need not import each other.
 
 dimod's energy is ``sum_i a_i x_i + sum_{i<j} b_ij x_i x_j + c``: the opposite sign of ours, so
 ``a = -h``, ``b = -J``, ``c = -offset`` and every state has the same energy on both sides.
@@ -6,11 +9,40 @@ dimod's energy is ``sum_i a_i x_i + sum_{i<j} b_ij x_i x_j + c``: the opposite s
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 from ._base import ModelBase
+from ._dense import IsingModel
 from ._sparse import SparseIsingModel
 from ._vartype import as_vartype
+
+
+def dense_to_sparse(model: IsingModel, tol: float = 0.0) -> SparseIsingModel:
+    """``model`` as a :class:`SparseIsingModel` whose edges are the pairs with ``|J_ij| > tol``
+    in any model of the batch (see :meth:`IsingModel.to_sparse`)."""
+    J = np.asarray(model.J)
+    nz = np.any(np.abs(J.reshape((-1, model.n, model.n))) > tol, axis=0)
+    u, v = np.nonzero(np.triu(nz, 1))
+    edges = np.stack([u, v], axis=1)
+    return SparseIsingModel(
+        h=model.h, edges=edges, J=model.J[..., u, v], beta=model.beta, vartype=model.vartype,
+        offset=model.offset, mask=model.mask, labels=model.labels,
+    )
+
+
+def sparse_to_dense(model: SparseIsingModel) -> IsingModel:
+    """``model`` as a dense :class:`IsingModel` (``O(n^2)`` memory; see
+    :meth:`SparseIsingModel.to_dense`)."""
+    n = model.n
+    J = jnp.zeros(model.J.shape[:-1] + (n, n), model.dtype)
+    if model.num_edges:
+        u, v = model.edges[:, 0], model.edges[:, 1]
+        J = J.at[..., u, v].set(model.J).at[..., v, u].set(model.J)
+    return IsingModel(
+        h=model.h, J=J, beta=model.beta, vartype=model.vartype, offset=model.offset,
+        mask=model.mask, labels=model.labels, validate=False,
+    )
 
 
 def _single(model: ModelBase, what: str):

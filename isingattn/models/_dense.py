@@ -128,13 +128,6 @@ class IsingModel(ModelBase):
     def to_sparse(self, tol: float = 0.0):
         """The same model as a :class:`SparseIsingModel` whose edges are the pairs with
         ``|J_ij| > tol`` in any model of the batch."""
-        from ._sparse import SparseIsingModel
+        from ._convert import dense_to_sparse
 
-        J = np.asarray(self.J)
-        nz = np.any(np.abs(J.reshape((-1, self.n, self.n))) > tol, axis=0)
-        u, v = np.nonzero(np.triu(nz, 1))
-        edges = np.stack([u, v], axis=1)
-        return SparseIsingModel(
-            h=self.h, edges=edges, J=self.J[..., u, v], beta=self.beta, vartype=self.vartype,
-            offset=self.offset, mask=self.mask, labels=self.labels,
-        )
+        return dense_to_sparse(self, tol)

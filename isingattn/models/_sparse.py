@@ -196,17 +196,9 @@ class SparseIsingModel(ModelBase):
     # ------------------------------------------------------------------ other forms
     def to_dense(self):
         """The same model as a dense :class:`IsingModel` (``O(n^2)`` memory)."""
-        from ._dense import IsingModel
+        from ._convert import sparse_to_dense
 
-        n = self.n
-        J = jnp.zeros(self.J.shape[:-1] + (n, n), self.dtype)
-        if self.num_edges:
-            u, v = self.edges[:, 0], self.edges[:, 1]
-            J = J.at[..., u, v].set(self.J).at[..., v, u].set(self.J)
-        return IsingModel(
-            h=self.h, J=J, beta=self.beta, vartype=self.vartype, offset=self.offset,
-            mask=self.mask, labels=self.labels, validate=False,
-        )
+        return sparse_to_dense(self)
 
     def to_sparse(self):
         return self
