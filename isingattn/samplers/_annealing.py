@@ -37,6 +37,7 @@ from ..models import ModelBase, SparseIsingModel, Vartype
 from ._base import Sampler
 from ._colouring import colour_classes
 from ._driver import check_initial_states, random_initial_states
+from ._rng import bits_to_open_uniform, threefry2x32
 from ._sharding import auto_axes, batch_split, map_models
 
 #: Schedule types: dwave-samplers' three, plus ``"fixed"`` (constant at each model's own beta).
@@ -230,25 +231,6 @@ def annealing_schedule(
 # ---------------------------------------------------------------------------------------------
 # kernels (one model; vmapped over the flattened batch)
 # ---------------------------------------------------------------------------------------------
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def _threefry2x32(k0, k1, c0, c1):
-    """Threefry-2x32 (20 rounds; Salmon et al. 2011, the generator behind ``jax.random``'s
-    default keys) on uint32 arrays, written out with jnp so XLA vectorizes it on the CPU."""
-    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
-    x0, x1 = c0 + k0, c1 + k1
-    for r in range(20):
-        rot = _ROTATIONS[(r // 4) % 2][r % 4]
-        x0 = x0 + x1
-        x1 = ((x1 << rot) | (x1 >> (32 - rot))) ^ x0
-        if r % 4 == 3:
-            i = r // 4 + 1
-            x0 = x0 + ks[i % 3]
-            x1 = x1 + ks[(i + 1) % 3] + jnp.uint32(i)
-    return x0, x1
-
-
 def _thresholds(seed, sweep, beta, mask, shape, dtype, gibbs):
     """Acceptance thresholds ``t`` of one sweep, shape ``(n, R)``: a flip with energy change
     ``dE`` is accepted iff ``dE < t``. With ``u`` uniform on (0, 1): Metropolis
@@ -259,9 +241,9 @@ def _thresholds(seed, sweep, beta, mask, shape, dtype, gibbs):
     half = (n * R + 1) // 2
     c0 = jax.lax.iota(jnp.uint32, half)
     c1 = jnp.full((half,), sweep, jnp.uint32)
-    b0, b1 = _threefry2x32(seed[0], seed[1], c0, c1)
+    b0, b1 = threefry2x32(seed[0], seed[1], c0, c1)
     bits = jnp.concatenate([b0, b1])[: n * R].reshape(n, R)
-    u = ((bits >> 8).astype(dtype) + 0.5) * (1.0 / (1 << 24))  # open interval (0, 1)
+    u = bits_to_open_uniform(bits, dtype)
     num = jnp.log1p(-u) - jnp.log(u) if gibbs else -jnp.log(u)
     return jnp.where(mask[:, None], num / beta, -jnp.inf)
 

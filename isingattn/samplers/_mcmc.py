@@ -40,6 +40,7 @@ from .._validation import check_choice
 from ..models import IsingModel, SparseIsingModel
 from ._base import Sampler
 from ._driver import init_chains, run_chains
+from ._rng import bits_to_uniform, xoshiro_mix, xoshiro_next, xoshiro_seed
 
 MCMC_PARAMETERS = {"num_burnin": [], "thinning": [], "initial_states": [], "beta_schedule": []}
 
@@ -101,60 +102,6 @@ class MCMCSampler(Sampler):
         run = run_chains(self, model, chains, num_samples, num_burnin=num_burnin,
                          thinning=thinning, beta_schedule=beta_schedule)
         return run.draws, run.info
-
-
-# ---------------------------------------------------------------------------------------------
-# A cheap vectorized uniform stream for the single-site hot loops.
-#
-# Why not jax.random in the loop: a sweep needs one uniform per site and chain, and on CPU
-# threefry costs more than the whole field computation (figures in docs/guide/mcmc.md).
-# So the kernel state carries xoshiro128** generators (Blackman & Vigna, 2018),
-# seeded from the key at init; every sweep XORs 128 fresh threefry bits of its own key into
-# them, so the draws stay a pure function of the keys (same keys, same samples; another sweep
-# key, other draws) while threefry makes 4 words per chain and sweep instead of n.
-# ---------------------------------------------------------------------------------------------
-
-
-def _rotl(x, k):
-    return (x << k) | (x >> (32 - k))
-
-
-def _nonzero(s):
-    # xoshiro's only bad state is all-zero (probability 2^-128 per lane); make it impossible
-    s0, s1, s2, s3 = s
-    zero = (s0 | s1 | s2 | s3) == 0
-    return (s0, s1, s2, jnp.where(zero, jnp.uint32(1), s3))
-
-
-def xoshiro_seed(key, lanes=()):
-    """xoshiro128** states (a 4-tuple of uint32 arrays shaped ``lanes``) from a JAX key."""
-    s = jax.random.bits(key, (4,) + tuple(lanes), jnp.uint32)
-    return _nonzero(tuple(s))
-
-
-def xoshiro_mix(s, key):
-    """XOR 128 random bits of ``key`` into every lane of state ``s`` (a bijection per lane)."""
-    k = jax.random.bits(key, (4,), jnp.uint32)
-    return _nonzero(tuple(si ^ k[j] for j, si in enumerate(s)))
-
-
-def xoshiro_next(s):
-    """One xoshiro128** step of every lane: ``(new state, 32 random bits per lane)``."""
-    s0, s1, s2, s3 = s
-    r = _rotl(s1 * jnp.uint32(5), 7) * jnp.uint32(9)
-    t = s1 << 9
-    s2 = s2 ^ s0
-    s3 = s3 ^ s1
-    s1 = s1 ^ s2
-    s0 = s0 ^ s3
-    s2 = s2 ^ t
-    s3 = _rotl(s3, 11)
-    return (s0, s1, s2, s3), r
-
-
-def bits_to_uniform(r):
-    """Uniform float32 in [0, 1) from 32 random bits (the top 23 bits, as jax.random does)."""
-    return jax.lax.bitcast_convert_type((r >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ from ._clusters import (
     spin_form,
     to_spin,
 )
-from ._mcmc import MCMCSampler, bits_to_uniform, xoshiro_mix, xoshiro_next, xoshiro_seed
+from ._mcmc import MCMCSampler
+from ._rng import bits_to_uniform, xoshiro_mix, xoshiro_next, xoshiro_seed
 
 COMPONENTS = ("auto", "numba", "jax", "scipy")
 

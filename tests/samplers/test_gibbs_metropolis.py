@@ -15,7 +15,7 @@ import pytest
 from isingattn import exact
 from isingattn.models import IsingModel, chain, random_dense, square_lattice
 from isingattn.samplers import GibbsSampler, MetropolisSampler, colour_classes
-from isingattn.samplers._mcmc import bits_to_uniform, xoshiro_next
+from isingattn.samplers._rng import bits_to_uniform, xoshiro_next
 
 from .._stats import Z_ALPHA, assert_chi2_matches, assert_mean_within_mcse, ess
 
