@@ -317,9 +317,9 @@ def test_ground_state_rate_bound_is_what_the_comment_says():
 def test_threefry_matches_jax():
     # the hand-vectorized generator is bit-identical to jax's Threefry-2x32 (20 rounds)
     ref_mod = pytest.importorskip("jax._src.random.threefry2x32")
-    from isingattn.samplers._annealing import _threefry2x32
+    from isingattn.samplers._rng import threefry2x32
 
     c = jnp.arange(50, dtype=jnp.uint32)
     ref = ref_mod.threefry_2x32(jnp.array([7, 9], jnp.uint32), jnp.concatenate([c, c + 1000]))
-    a, b = _threefry2x32(jnp.uint32(7), jnp.uint32(9), c, c + 1000)
+    a, b = threefry2x32(jnp.uint32(7), jnp.uint32(9), c, c + 1000)
     np.testing.assert_array_equal(np.asarray(ref), np.concatenate([np.asarray(a), np.asarray(b)]))
