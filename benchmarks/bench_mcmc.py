@@ -15,7 +15,11 @@ time (first call minus the median) is reported separately. Workloads (issue 3):
   neal once per model (target >= 2x, aim >= 3x);
 * (b) one dense SK model, n = 64, 1000 chains x 1000 sweeps (target >= 1.5x);
 * (c) 32 x 32 periodic lattice, 100 chains x 1000 sweeps, chromatic (checkerboard) updates
-  (target >= 2x).
+  (target >= 2x);
+* (d) keeping every draw: 64 dense SK models, n = 64, 32 chains, 256 sweeps with Gibbs, kept
+  every sweep (256 draws per chain) against kept once (``num_burnin = 255``); the anchor is our
+  own keep-one run (target <= 1.3x its time). Energies are computed on first access of
+  ``Samples.energy``, timed apart.
 
 Run: ``.venv/bin/python benchmarks/bench_mcmc.py [--only a,b,c] [--repeats 3]``.
 """
@@ -91,9 +95,38 @@ def bench(label, model, bqms, chains, sweeps, samplers, repeats, target):
               f"(target >= {target}x)")
 
 
+def bench_keep(repeats):
+    m = sherrington_kirkpatrick(jax.random.key(2), 64, h_sigma=0.3, batch_shape=(64,), beta=1.0)
+    gibbs, chains, sweeps = GibbsSampler(), 32, 256
+    print(f"\n(d) workload: 64 dense n = 64 models, {chains} chains, {sweeps} Gibbs sweeps; "
+          f"keep every sweep ({64 * chains * sweeps} draws) or one per chain")
+    calls = iter(range(10**6))
+
+    def run(num_samples):
+        s = gibbs.sample(m, jax.random.key(next(calls)), num_samples, num_chains=chains,
+                         num_burnin=sweeps - num_samples)
+        jax.block_until_ready(s.spins)
+        return s
+
+    runs = {"keep one": lambda: run(1), "keep every": lambda: run(sweeps)}
+    first = {name: _timed(fn) for name, fn in runs.items()}
+    times = {name: [] for name in runs} | {"energies": []}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            times[name].append(_timed(fn))
+        s = run(sweeps)
+        times["energies"].append(_timed(lambda s=s: jax.block_until_ready(s.energy)))
+    med = {name: statistics.median(t) for name, t in times.items()}
+    for name in runs:
+        print(f"  {name:<12}{med[name]:8.3f} s   (compile {max(first[name] - med[name], 0):.2f} s)")
+    print(f"  energies of every draw, on first access: {med['energies']:.3f} s")
+    print(f"  keep every / keep one = {med['keep every'] / med['keep one']:.2f}x "
+          "(target <= 1.3x)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="a,b,c", help="comma-separated workloads among a,b,c")
+    p.add_argument("--only", default="a,b,c,d", help="comma-separated workloads among a,b,c,d")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     todo = set(args.only.split(","))
@@ -115,6 +148,8 @@ def main(argv=None):
         bench("c: 32x32 lattice", m, [m.to_bqm()], 100, 1000,
               [("metropolis chromatic", MetropolisSampler(order="chromatic")),
                ("gibbs chromatic", GibbsSampler(order="chromatic"))], args.repeats, 2)
+    if "d" in todo:
+        bench_keep(args.repeats)
 
 
 if __name__ == "__main__":

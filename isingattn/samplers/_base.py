@@ -43,7 +43,9 @@ class Samples:
 
     Attributes:
       spins: ``batch + (chain, draw, n)`` in the model's vartype (-1/+1 or 0/1).
-      energy: ``batch + (chain, draw)``, physics sign, without beta, in the model's dtype.
+      energy: ``batch + (chain, draw)``, physics sign, without beta, in the model's dtype;
+        computed from ``model`` on first access when not given (so a sampler computes nothing
+        per draw that is not asked for) and kept.
       vartype: the model's :class:`~isingattn.models.Vartype`.
       info: backend information; ``info["timing"]`` holds :data:`TIMING_KEYS` in seconds.
       labels: variable labels of the model (or None for ``0..n-1``).
@@ -51,20 +53,33 @@ class Samples:
     """
 
     def __init__(self, spins, energy, vartype, info=None, labels=None, model=None):
+        if energy is None and model is None:
+            raise ValueError("Samples needs the energies or the model to compute them from; "
+                             "got energy=None and model=None")
         self.spins = spins
-        self.energy = energy
+        self._energy = energy
         self.vartype = Vartype(vartype)
         self.info = {} if info is None else info
         self.labels = labels
         self.model = model
 
+    @property
+    def energy(self) -> jax.Array:
+        if self._energy is None:
+            self._energy = self.model.energy(self.spins)
+        return self._energy
+
+    @energy.setter
+    def energy(self, value):
+        self._energy = value
+
     def tree_flatten(self):
-        return (self.spins, self.energy, self.info, self.model), (self.vartype, self.labels)
+        return (self.spins, self._energy, self.info, self.model), (self.vartype, self.labels)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        obj.spins, obj.energy, obj.info, obj.model = children
+        obj.spins, obj._energy, obj.info, obj.model = children
         obj.vartype, obj.labels = aux
         return obj
 
@@ -179,7 +194,6 @@ class Sampler(abc.ABC):
                 f"expected {shape_str(expected)}"
             )
         spins = spins.astype(model.dtype)
-        energy = jax.block_until_ready(model.energy(spins))
         t2 = time.perf_counter()
         info = dict(info)
         timing = dict(info.pop("timing", {}))
@@ -187,7 +201,7 @@ class Sampler(abc.ABC):
         timing.setdefault("sampling_s", t1 - t0 - timing["setup_s"])
         timing["total_s"] = t2 - t0
         info["timing"] = timing
-        return Samples(spins, energy, model.vartype, info, model.labels, model)
+        return Samples(spins, None, model.vartype, info, model.labels, model)
 
     def _check_options(self, options, where="__init__") -> dict:
         """Return ``options`` if every name is in :attr:`parameters`; else a ``TypeError`` that

@@ -254,16 +254,18 @@ class SingleSiteSampler(MCMCSampler):
         s = tuple(r[0] for r in rng)  # one lane per chain: (chain,)
 
         def body(i, carry):
-            xt, s, flips = carry
+            xt, s = carry
             s, r = xoshiro_next(s)
             u = bits_to_uniform(r).astype(dtype)
             xi = xt[i]
             new = self._update(xi, h[i] + J[i] @ xt, u, beta, low, high)
-            new = jnp.where(mask[i], new, xi)
-            return xt.at[i].set(new), s, flips + (new != xi).astype(jnp.int32)
+            return xt.at[i].set(jnp.where(mask[i], new, xi)), s
 
-        flips0 = jnp.zeros(xt.shape[1:], jnp.int32)
-        xt, s, flips = jax.lax.fori_loop(0, model.n, body, (xt, s, flips0))
+        x0 = xt
+        xt, s = jax.lax.fori_loop(0, model.n, body, (xt, s))
+        # every site is updated once: the sites that changed are the accepted updates
+        # (counted once per sweep, not per update, which keeps the update loop one chain)
+        flips = jnp.sum(xt != x0, axis=0)
         rate = flips.astype(dtype) / jnp.maximum(jnp.sum(mask), 1).astype(dtype)
         return xt, tuple(v[None] for v in s), rate
 
@@ -310,11 +312,16 @@ class SingleSiteSampler(MCMCSampler):
             xi = x[i]
             new = self._update(xi, field(i, x), u, beta, low, high)
             new = jnp.where(mask[i], new, xi)
-            return (x.at[i].set(new), s, flips + (new != xi).astype(jnp.int32),
-                    active + mask[i].astype(jnp.int32))
+            if random_order:  # a site may be drawn twice: count every update
+                flips = flips + (new != xi).astype(jnp.int32)
+                active = active + mask[i].astype(jnp.int32)
+            return x.at[i].set(new), s, flips, active
 
+        x0 = x
         x, rng, flips, active = jax.lax.fori_loop(
             0, n, body, (x, rng, jnp.int32(0), jnp.int32(0)))
+        if not random_order:  # every site updated once (see _dense_sweep_chains)
+            flips, active = jnp.sum(x != x0), jnp.sum(mask)
         return x, rng, flips.astype(dtype) / jnp.maximum(active, 1).astype(dtype)
 
     def _chromatic_prep(self, model):
@@ -338,7 +345,7 @@ class SingleSiteSampler(MCMCSampler):
         h, mask = prep["h"], prep["mask"]
         xp = x[plan.perm]
         zero_row = jnp.zeros((1,) + extra, dtype)
-        flips = jnp.zeros(extra, jnp.int32)
+        x0 = xp
         for c in range(len(plan.bounds) - 1):
             a, b = plan.bounds[c], plan.bounds[c + 1]
             rng, r = xoshiro_next(rng)
@@ -356,8 +363,8 @@ class SingleSiteSampler(MCMCSampler):
                 f = h[a:b][col] + jnp.sum(Jn * xn, axis=1)
             xi = xp[a:b]
             new = jnp.where(mask[a:b][col], self._update(xi, f, u, beta, low, high), xi)
-            flips = flips + jnp.sum(new != xi, axis=0).astype(jnp.int32)
             xp = jnp.concatenate([xp[:a], new, xp[b:]])
+        flips = jnp.sum(xp != x0, axis=0)  # every site updated once (see _dense_sweep_chains)
         return xp[plan.inv], rng, flips.astype(dtype) / prep["active"]
 
 

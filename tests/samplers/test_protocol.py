@@ -38,6 +38,24 @@ def test_samples_shapes_energies_and_timing():
     np.testing.assert_allclose(s.info["log_partition"], exact.log_partition(MODEL), rtol=1e-6)
 
 
+def test_energies_are_computed_on_first_access_and_kept():
+    from isingattn.samplers import Samples
+
+    s = GibbsSampler().sample(MODEL, jax.random.key(2), 4, num_chains=2)
+    assert s._energy is None  # nothing computed per draw until asked
+    e = s.energy
+    np.testing.assert_allclose(e, MODEL.energy(s.spins), rtol=1e-6)
+    assert s.energy is e
+    # a pytree round trip keeps the samples (and computes nothing)
+    leaves, tree = jax.tree_util.tree_flatten(GibbsSampler().sample(MODEL, jax.random.key(2), 4,
+                                                                    num_chains=2))
+    back = jax.tree_util.tree_unflatten(tree, leaves)
+    np.testing.assert_array_equal(back.spins, s.spins)
+    np.testing.assert_allclose(back.energy, e, rtol=1e-6)
+    with pytest.raises(ValueError, match="energy=None and model=None"):
+        Samples(s.spins, None, MODEL.vartype)
+
+
 def test_same_key_same_samples_different_keys_differ_chains_differ():
     a = ExactSampler().sample(MODEL, jax.random.key(7), 40, num_chains=2)
     b = ExactSampler().sample(MODEL, jax.random.key(7), 40, num_chains=2)
