@@ -21,10 +21,10 @@ chunks give the draws of one run of their total length. ``sampler.sample`` is
 
 Random numbers: ``init_chains`` splits ``key`` into the initial configurations' key and one
 run key per chain. A kernel that carries its own stream (``carries_stream``: xoshiro128**
-generators seeded by ``init``) continues it at a fixed β and takes no key per sweep; other
-kernels, and every run with a ``beta_schedule``, use the key ``fold_in(chain key, t)`` for the
-chain's sweep number ``t`` (counted from the chains' start, so a continued run draws what one
-long run would).
+generators seeded by ``init``) continues it and takes no key per sweep, at a fixed β or under
+a schedule; other kernels use the key ``fold_in(chain key, t)`` for the chain's sweep number
+``t`` (counted from the chains' start). Either way a continued run draws what one long run
+would.
 
 Run layout: ``num_burnin`` sweeps are discarded, then ``num_samples`` draws are kept, one every
 ``thinning`` sweeps. ``beta_schedule`` (optional) gives the inverse temperature of every sweep,
@@ -34,8 +34,9 @@ variables are held at the low value by every kernel.
 
 The compiled program is fixed by the kernel's configuration, the model's structure and sizes,
 the number of chains, ``num_samples``, the ``observe`` function (pass the same function object,
-e.g. from :func:`observables`, to reuse it) and, for scanned runs, the total sweep count;
-``num_burnin`` and ``thinning`` of a streamed run are loop bounds and do not recompile.
+e.g. from :func:`observables`, to reuse it) and, under a schedule or for kernels keyed per
+sweep, the total sweep count; ``num_burnin`` and ``thinning`` of a streamed run at a fixed β are
+loop bounds and do not recompile.
 """
 
 from __future__ import annotations
@@ -344,32 +345,33 @@ def run_chains(kernel, model, chains: Chains, num_samples: int, *, num_burnin: i
     total = num_burnin + num_samples * thinning
     flat = model.flatten_batch()
     B = flat.h.shape[0]
-    streamed = bool(kernel.carries_stream) and beta_schedule is None
-    if streamed:  # one beta per model: the run length is no part of the program
-        betas = flat.beta[:, None]
-    elif beta_schedule is None:
-        betas = jnp.broadcast_to(flat.beta[:, None], (B, total))
-    else:
+    streamed = bool(kernel.carries_stream)
+    scheduled = beta_schedule is not None
+    if scheduled:
         sched = jnp.asarray(check_beta_schedule(beta_schedule, total), model.dtype)
         betas = jnp.broadcast_to(sched, (B, total))
+    elif streamed:  # one beta per model: the run length is no part of the program
+        betas = flat.beta[:, None]
+    else:
+        betas = jnp.broadcast_to(flat.beta[:, None], (B, total))
     split = batch_split(model)
     lanes = _chain_lanes(B // num_shards(split), num_chains, model.n) if streamed else 1
     fc = _flatten(chains, batch, B)
     states, draws, info = _run(kernel, flat, fc.state, fc.key, betas, jnp.int32(num_burnin),
                                num_samples, jnp.int32(thinning), jnp.asarray(fc.sweep, jnp.int32),
-                               streamed, lanes, observe, split)
+                               streamed, scheduled, lanes, observe, split)
     after = Chains(states, fc.key, jnp.asarray(chains.sweep, jnp.int32) + total)
     return ChainRun(_unflatten(after, batch), _unflatten(draws, batch), _unflatten(info, batch))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 6, 9, 10, 11, 12))
+@functools.partial(jax.jit, static_argnums=(0, 6, 9, 10, 11, 12, 13))
 def _run(kernel, flat, states0, run_keys, betas, num_burnin, num_samples, thinning, sweep0,
-         streamed, lanes, observe, split=None):
-    # streamed (fixed beta, a kernel that carries its stream): nested loops whose bodies hold
-    # only the kernel, so XLA's CPU runtime runs them inline on the calling thread, or with
-    # lanes > 1 the chains split into that many independent lanes (_chain_lanes; the same
-    # draws, as every chain has its own stream). num_burnin and thinning are loop bounds there,
-    # traced: changing them does not recompile.
+         streamed, scheduled, lanes, observe, split=None):
+    # streamed (a kernel that carries its stream): nested loops whose bodies hold only the
+    # kernel (and, under a schedule, the read of the sweep's beta), so XLA's CPU runtime runs
+    # them inline on the calling thread, or with lanes > 1 the chains split into that many
+    # independent lanes (_chain_lanes; the same draws, as every chain has its own stream).
+    # num_burnin and thinning are loop bounds there, traced: changing them does not recompile.
     # Otherwise: one scan over all sweeps (burn-in included), the kernel traced once. After
     # sweep t the observation goes to draw slot max(t - num_burnin, 0) // thinning; the last
     # write to slot k is sweep num_burnin + (k + 1) * thinning - 1, the kept one.
@@ -399,7 +401,11 @@ def _run(kernel, flat, states0, run_keys, betas, num_burnin, num_samples, thinni
             return jax.tree_util.tree_map(lambda a: a / kept.astype(a.dtype), acc)
 
         if streamed:
-            beta = beta_row[0]
+            beta0 = None if scheduled else beta_row[0]
+
+            def beta_at(t):
+                return beta_row[t] if scheduled else beta0
+
             bounds = list(itertools.pairwise(
                 np.linspace(0, states.x.shape[0], lanes + 1).astype(int)))
 
@@ -414,25 +420,27 @@ def _run(kernel, flat, states0, run_keys, betas, num_burnin, num_samples, thinni
 
             kws = []
             for lo, hi in bounds:
-                prep = kernel.prepare(model, beta, int(hi - lo))
+                prep = kernel.prepare(model, beta0, int(hi - lo))
                 kws.append({} if prep is None else {"prep": prep})
 
-            def sweep(states):  # one sweep of every lane: independent operation chains
+            def sweep(states, beta):  # one sweep of every lane: independent operation chains
                 return tuple(kernel.step_chains(model, st, None, beta, **kw)
                              for st, kw in zip(states, kws))
 
-            def burn(_, states):
-                return tuple(st for st, _ in sweep(states))
-
-            def kept_sweep(_, carry):
-                states, acc = carry
-                out = sweep(states)
-                return (tuple(st for st, _ in out),
-                        tuple(jax.tree_util.tree_map(lambda a, v: a + v, a, info)
-                              for a, (_, info) in zip(acc, out)))
+            def burn(t, states):
+                return tuple(st for st, _ in sweep(states, beta_at(t)))
 
             def draw(k, carry):
                 states, acc, buf = carry
+                first = num_burnin + k * thinning
+
+                def kept_sweep(j, carry):
+                    states, acc = carry
+                    out = sweep(states, beta_at(first + j))
+                    return (tuple(st for st, _ in out),
+                            tuple(jax.tree_util.tree_map(lambda a, v: a + v, a, info)
+                                  for a, (_, info) in zip(acc, out)))
+
                 states, acc = jax.lax.fori_loop(0, thinning, kept_sweep, (states, acc))
                 x = jnp.concatenate([st.x for st in states])
                 return states, acc, record(buf, x, k)

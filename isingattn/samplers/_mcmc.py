@@ -22,7 +22,7 @@ A backend whose state carries its own random stream (``carries_stream = True``: 
 single-site samplers and Swendsen–Wang, whose xoshiro128** generators are seeded by ``init``)
 also accepts ``key=None`` in ``step``/``step_chains``: the sweep then continues the state's
 stream without mixing in a fresh key; the driver then runs loops that hold nothing but the
-kernel (see :mod:`~isingattn.samplers._driver` and ``docs/guide/mcmc.md``). Kernels may also
+kernel, at a fixed β or under a schedule (see :mod:`~isingattn.samplers._driver` and ``docs/guide/mcmc.md``). Kernels may also
 supply loop-invariant tables (``prepare``), which the driver computes before its loops.
 """
 
@@ -87,7 +87,8 @@ class MCMCSampler(Sampler):
         """Raise a clear error if this backend cannot sample ``model`` (override)."""
 
     def prepare(self, model, beta, num_chains):
-        """Loop-invariant arrays of ``step_chains`` for ``model`` at a fixed ``beta`` with
+        """Loop-invariant arrays of ``step_chains`` for ``model`` at a fixed ``beta`` (None
+        when the run follows a schedule: the arrays must then not depend on it) with
         ``num_chains`` chains (those of one lane when the driver splits them), or None (the
         default). The streamed driver computes them once,
         before its loops, and passes them as ``step_chains(..., prep=prep)``: XLA does not hoist

@@ -250,6 +250,25 @@ def test_streamed_driver_keeps_the_right_sweeps(name):
     assert not np.array_equal(other.spins, every.spins)
 
 
+@pytest.mark.parametrize("name", list(_STREAMED))
+def test_a_constant_schedule_is_the_fixed_beta_run(name):
+    # under a schedule a streamed kernel still continues its stream, reading the sweep's beta:
+    # a schedule holding the model's beta at every sweep draws exactly the fixed-beta run
+    from isingattn.models import square_lattice
+
+    sampler, model = _STREAMED[name]
+    model = square_lattice(4, beta=0.4) if model is None else model
+    key = jax.random.key(5)
+    fixed = sampler.sample(model, key, 6, num_chains=2, num_burnin=3, thinning=2)
+    sched = np.full(3 + 6 * 2, float(model.beta), np.float32)
+    ruled = sampler.sample(model, key, 6, num_chains=2, num_burnin=3, thinning=2,
+                           beta_schedule=sched)
+    np.testing.assert_array_equal(ruled.spins, fixed.spins)
+    hotter = sampler.sample(model, key, 6, num_chains=2, num_burnin=3, thinning=2,
+                            beta_schedule=sched * 0.5)
+    assert not np.array_equal(hotter.spins, fixed.spins)
+
+
 def test_kernel_step_with_key_none_continues_the_stream():
     # step(model, state, None, beta) is deterministic given the state and advances it
     s = MetropolisSampler()
