@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import check_positive_int, is_concrete, shape_str
+from .._validation import check_key, check_positive_int, is_concrete, shape_str
 from ..models import ModelBase, SparseIsingModel
 from ._sharding import auto_axes, batch_split, map_models, num_shards
 
@@ -258,8 +258,6 @@ def init_chains(kernel, model, key, num_chains: int = 1, *, initial_states=None)
       TypeError: ``kernel`` lacks the protocol or ``model`` is not a model.
       ValueError: bad ``num_chains`` or ``initial_states``, or a model the kernel cannot sample.
     """
-    from .._validation import check_key
-
     _check_kernel(kernel, model)
     key = check_key(key)
     num_chains = check_positive_int("num_chains", num_chains)
