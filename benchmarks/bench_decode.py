@@ -26,8 +26,8 @@ from isingattn.attention import BoltzmannMultiHeadAttention, CouplingSpec
 
 
 def layer_for(readout, width):
-    kw = {} if readout == "softmax" else dict(
-        method="transfer", couplings=CouplingSpec("learned", "banded", bandwidth=4, init=0.3))
+    kw = {} if readout == "softmax" else {
+        "method": "transfer", "couplings": CouplingSpec("learned", "banded", bandwidth=4, init=0.3)}
     return BoltzmannMultiHeadAttention(4, width, readout=readout, is_causal=True,
                                        rngs=nnx.Rngs(0), **kw)
 

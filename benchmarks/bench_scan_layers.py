@@ -25,7 +25,7 @@ from isingattn.attention import CouplingSpec, TransformerLM
 
 
 def measure(layers, scan, repeats):
-    att = dict(couplings=CouplingSpec("learned", "banded", bandwidth=4), method="transfer")
+    att = {"couplings": CouplingSpec("learned", "banded", bandwidth=4), "method": "transfer"}
     lm = TransformerLM(11, d_model=32, num_heads=2, num_layers=layers, max_length=64,
                        attention=att, scan_layers=scan, rngs=nnx.Rngs(0))
     graph, state = nnx.split(lm)

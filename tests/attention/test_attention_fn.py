@@ -25,7 +25,7 @@ from isingattn.samplers import ExactSampler
 
 B, T, N, H, F = 2, 4, 2, 4, 8
 J = Couplings.fixed(jnp.array([[0.7, -0.3], [0.4, 0.2]]), "banded")  # per head, range 2
-TOL = dict(rtol=2e-5, atol=2e-6)
+TOL = {"rtol": 2e-5, "atol": 2e-6}
 
 
 def _qkv(seed=0, batch=(B,), T=T, S=T, K=N):
@@ -85,7 +85,7 @@ def test_softmax_readout_equals_flax_dot_product_attention_bias_mask_dropout():
     bias = jax.random.normal(jax.random.key(3), (1, N, T, T))
     mask = jax.random.bernoulli(jax.random.key(4), 0.7, (B, 1, T, T)).at[..., 0].set(True)
     fn = boltzmann_attention_fn(readout="softmax")
-    drop = dict(dropout_rng=jax.random.key(5), dropout_rate=0.4, deterministic=False)
+    drop = {"dropout_rng": jax.random.key(5), "dropout_rate": 0.4, "deterministic": False}
     for kw in ({}, drop, dict(drop, broadcast_dropout=False)):
         got = fn(q, k, v, bias, mask, **kw)
         for flax_fn in (nnx.dot_product_attention, linen_attention.dot_product_attention):

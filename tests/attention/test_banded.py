@@ -16,7 +16,6 @@ from isingattn.attention._banded import (
     BLOCK,
     TILE_QUERIES,
     _causal_packing,
-    _fast_limit,
     banded_chain_log_partition,
     banded_chain_marginals,
 )

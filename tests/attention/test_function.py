@@ -633,7 +633,7 @@ def test_forward_mode_names_the_methods_that_support_it():
     for method in ("transfer", "mean_field", sampled(ExactSampler(), 4)):
         g = f(method)
         if not isinstance(method, str):
-            g = lambda x, m=method: boltzmann_attention(x, k, v, couplings=c, method=m,  # noqa: E731
+            g = lambda x, m=method: boltzmann_attention(x, k, v, couplings=c, method=m,
                                                         rng=jax.random.key(0))
         with pytest.raises(TypeError, match=r"forward-mode.*reverse mode.*'exact'"):
             jax.jvp(g, (q,), (t,))

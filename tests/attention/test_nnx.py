@@ -149,8 +149,8 @@ def test_softmax_module_equals_nnx_multi_head_attention(normalize_qk):
     stream) and the same weights: the outputs and sown weights of the softmax readout equal
     Flax's."""
     N, F, Fkv, qkv = 2, 6, 5, 8
-    kw = dict(in_kv_features=Fkv, dropout_rate=0.25, broadcast_dropout=False,
-              normalize_qk=normalize_qk)
+    kw = {"in_kv_features": Fkv, "dropout_rate": 0.25, "broadcast_dropout": False,
+          "normalize_qk": normalize_qk}
     theirs = nnx.MultiHeadAttention(N, F, qkv, 7, rngs=nnx.Rngs(0), decode=False, **kw)
     ours = BoltzmannMultiHeadAttention(N, F, qkv, 7, readout="softmax", rngs=nnx.Rngs(0), **kw)
     _copy_projections(ours, theirs, N, qkv // N)
@@ -162,11 +162,13 @@ def test_softmax_module_equals_nnx_multi_head_attention(normalize_qk):
         mask = mask.astype(jnp.float32)
     for det in (True, False):
         want, w_theirs = nnx.capture(
-            lambda m: m(xq, xk, xv, mask=mask, deterministic=det, rngs=nnx.Rngs(dropout=5),
-                        sow_weights=True), nnx.Intermediate)(theirs)
+            lambda m, det=det: m(xq, xk, xv, mask=mask, deterministic=det,
+                                 rngs=nnx.Rngs(dropout=5), sow_weights=True),
+            nnx.Intermediate)(theirs)
         got, w_ours = nnx.capture(
-            lambda m: m(xq, xk, xv, mask=mask, deterministic=det, rngs=nnx.Rngs(dropout=5),
-                        sow_weights=True), nnx.Intermediate)(ours)
+            lambda m, det=det: m(xq, xk, xv, mask=mask, deterministic=det,
+                                 rngs=nnx.Rngs(dropout=5), sow_weights=True),
+            nnx.Intermediate)(ours)
         assert got.shape == (3, 2, 4, 7)
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
         np.testing.assert_allclose(w_ours["attention_weights"][0],
@@ -203,14 +205,14 @@ def test_module_flax_options_reach_parameters_and_dropout():
 
 @pytest.mark.parametrize("attention", [
     "softmax",
-    dict(couplings=CouplingSpec("learned", "banded", bandwidth=2), method="transfer",
-         chemical_potential=-1.0),
+    {"couplings": CouplingSpec("learned", "banded", bandwidth=2), "method": "transfer",
+     "chemical_potential": -1.0},
 ])
 def test_scanned_layers_equal_unrolled_layers_with_the_same_parameters(attention):
     """scan_layers stacks the blocks: with the unrolled model's parameters stacked into it,
     outputs and gradients are the unrolled model's; attention and residual dropout draw per
     layer and turn off with deterministic=True."""
-    kw = dict(d_model=8, num_heads=2, num_layers=3, max_length=6, attention=attention)
+    kw = {"d_model": 8, "num_heads": 2, "num_layers": 3, "max_length": 6, "attention": attention}
     unrolled = TransformerLM(7, rngs=nnx.Rngs(0), **kw)
     scanned = TransformerLM(7, scan_layers=True, rngs=nnx.Rngs(1), **kw)
     per_layer = [nnx.state(b, nnx.Param) for b in unrolled.blocks]
@@ -237,7 +239,7 @@ def test_scanned_layers_equal_unrolled_layers_with_the_same_parameters(attention
     assert not np.allclose(drop(tokens), quiet)
     with pytest.raises(ValueError, match="scan_layers=True does not take sampled"):
         TransformerLM(7, scan_layers=True, rngs=nnx.Rngs(0),
-                      **{**kw, "attention": dict(method=sampled(ExactSampler(), 4))})
+                      **{**kw, "attention": {"method": sampled(ExactSampler(), 4)}})
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,9 +257,9 @@ def test_decoding_token_by_token_equals_the_causal_forward_pass(readout, method,
     """Row t of the causal pass is the Ising model of query t over keys 0..t: decoding with the
     cache (grouped heads, two batch axes, RoPE at the cache position) gives it to float
     precision, and the cache holds the projected keys."""
-    kw = {} if readout == "softmax" else dict(
-        method=method, chemical_potential=-0.5,
-        couplings=CouplingSpec("learned", "banded", bandwidth=2, init=0.4))
+    kw = {} if readout == "softmax" else {
+        "method": method, "chemical_potential": -0.5,
+        "couplings": CouplingSpec("learned", "banded", bandwidth=2, init=0.4)}
     layer = BoltzmannMultiHeadAttention(4, 8, num_kv_heads=2, readout=readout, is_causal=True,
                                         rope=rope, rngs=nnx.Rngs(0), **kw)
     x = jax.random.normal(jax.random.key(1), (2, 3, 6, 8))
@@ -310,8 +312,8 @@ def test_language_model_decoding_equals_the_full_pass(positional):
     at its position (learned positions at the cache index, or RoPE in every layer)."""
     lm = TransformerLM(9, d_model=8, num_heads=2, num_layers=2, max_length=7,
                        positional=positional,
-                       attention=dict(couplings=CouplingSpec("learned", "banded", bandwidth=2,
-                                                             init=0.5), method="transfer"),
+                       attention={"couplings": CouplingSpec("learned", "banded", bandwidth=2,
+                                                             init=0.5), "method": "transfer"},
                        rngs=nnx.Rngs(0))
     tokens = jnp.array([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])
     full = lm(tokens)

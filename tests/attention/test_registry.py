@@ -13,13 +13,13 @@ from isingattn.attention import (
     InferenceMethod,
     MeanField,
     Transfer,
+    _inference,
     boltzmann_attention,
     method_names,
     register_method,
     resolve_method,
     sampled,
 )
-from isingattn.attention import _inference
 from isingattn.samplers import ExactSampler
 
 

@@ -31,7 +31,6 @@ from isingattn.attention._calibration import (
     fit_effective_betas,
     formula_scales,
     measure,
-    record_problems,
     updated_scales,
 )
 from isingattn.attention._exact import Exact
@@ -323,7 +322,7 @@ def test_calibrate_model_updates_module_state_and_is_reproducible():
 
 def test_qpu_layer_batches_queries_into_few_calls_and_caches_the_tiles():
     qpu = QPUSampler.offline(topology_shape=(3,))
-    h, mask, c, beta, w = _layer(4)
+    h, mask, c, beta, _w = _layer(4)
     method = sampled(qpu, 8)
     f = jax.jit(lambda h, key: method(h, mask, c, beta, key=key, causal=True).marginals)
     m = f(h, jax.random.key(0))
@@ -384,9 +383,9 @@ def test_traced_anneal_draws_the_host_anneal_distribution():
 def _cfg(**kw):
     from isingattn.experiments import TrainConfig
 
-    base = dict(task="pair-copy", length=8, attention="learned", structure="banded",
-                bandwidth=2, layers=1, d_model=8, heads=1, steps=2, batch=4, eval_every=2,
-                eval_examples=4, test_examples=4)
+    base = {"task": "pair-copy", "length": 8, "attention": "learned", "structure": "banded",
+            "bandwidth": 2, "layers": 1, "d_model": 8, "heads": 1, "steps": 2, "batch": 4,
+            "eval_every": 2, "eval_examples": 4, "test_examples": 4}
     base.update(kw)
     return TrainConfig(**base)
 

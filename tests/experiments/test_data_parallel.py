@@ -8,6 +8,7 @@ distributed runtime must start before JAX computes anything."""
 import csv
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_a_run_interrupted_on_one_device_resumed_by_two_processes_equals_one_dev
     assert "wrote" in outs[0] and "test:" not in outs[1]  # process 1 prints nothing of its own
 
     one = train(TrainConfig(**TINY), str(tmp_path / "one"), progress=False)
-    two = json.loads(open(os.path.join(run, "final.json")).read())
+    two = json.loads(pathlib.Path(run, "final.json").read_text())
     for k in ("loss", "metric"):
         np.testing.assert_allclose(two["test"][k], one["test"][k], rtol=1e-5, err_msg=k)
     assert two["parameters"] == one["parameters"]
@@ -84,7 +85,7 @@ def test_a_run_interrupted_on_one_device_resumed_by_two_processes_equals_one_dev
     assert [(r["step"], r["split"]) for r in a] == [(r["step"], r["split"]) for r in b]
     np.testing.assert_allclose([float(r["loss"]) for r in a], [float(r["loss"]) for r in b],
                                rtol=1e-5)
-    assert json.loads(open(os.path.join(run, "config.json")).read())["config"] == \
+    assert json.loads(pathlib.Path(run, "config.json").read_text())["config"] == \
         TrainConfig(**TINY).to_dict()
 
 
