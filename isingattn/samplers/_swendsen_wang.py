@@ -48,7 +48,7 @@ Speed (why the step looks the way it does; timings and the variants tried and dr
   their neighbour gathers become shifts of ``(chain, Lx, Ly)`` arrays; other graphs use padded
   neighbour tables;
 * random bits come from xoshiro128** generators carried in the state, re-keyed from the step
-  key when one is given (``key=None`` continues the stream, as the driver does at a fixed beta;
+  key when one is given (``key=None`` continues the stream, as the driver does;
   as in the single-site samplers): threefry for the ~3 words per site of a step would cost
   more than everything in the step but the labelling;
 * labels are int16 in groups of up to 2^13 nodes (half the memory traffic of int32);
