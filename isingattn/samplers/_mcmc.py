@@ -22,8 +22,9 @@ A backend whose state carries its own random stream (``carries_stream = True``: 
 single-site samplers and Swendsen–Wang, whose xoshiro128** generators are seeded by ``init``)
 also accepts ``key=None`` in ``step``/``step_chains``: the sweep then continues the state's
 stream without mixing in a fresh key; the driver then runs loops that hold nothing but the
-kernel, at a fixed β or under a schedule (see :mod:`~isingattn.samplers._driver` and ``docs/guide/mcmc.md``). Kernels may also
-supply loop-invariant tables (``prepare``), which the driver computes before its loops.
+kernel, at a fixed β or under a schedule (see :mod:`~isingattn.samplers._driver` and
+``docs/guide/mcmc.md``). Kernels may also supply loop-invariant tables (``prepare``), which the
+driver computes before its loops.
 """
 
 from __future__ import annotations
