@@ -6,7 +6,8 @@ sequences of length S = 12 (``--length``), batch 32. One optimizer step of
 ``isingattn.experiments.Trainer`` (forward, backward, update) per source: ``exact`` (the anchor:
 enumeration of the 2^S patterns of every query), ``sampled:exact``, ``sampled:gibbs`` and
 ``sampled:diabatic`` (the state-vector anneal of every query of the step in one compiled
-program; ``--annealing-time``), all with M = 64 draws per query (``--num-samples``).
+program; ``--annealing-time``; ``diabatic`` runs the compiled CPU kernel, ``diabatic-jax`` the
+JAX path of the same integrator), all with M = 64 draws per query (``--num-samples``).
 
 Compile time (the first step, compilation included) is reported apart. Step times are medians
 over ``--repeats`` rounds; in each round every source runs ``--steps`` steps, so the sources share
@@ -37,13 +38,15 @@ SOURCES = {
     "gibbs": {"method": "sampled:gibbs",
               "backend_options": {"num_burnin": 50, "thinning": 2}},
     "diabatic": {"method": "sampled:diabatic"},
+    "diabatic-jax": {"method": "sampled:diabatic"},
 }
 
 
 def build(source, args):
     spec = dict(SOURCES[source])
-    if source == "diabatic":
-        spec["backend_options"] = {"annealing_time": args.annealing_time}
+    if source.startswith("diabatic"):
+        spec["backend_options"] = {"annealing_time": args.annealing_time,
+                                   "backend": "jax" if source == "diabatic-jax" else "auto"}
     if source != "exact":
         spec["num_samples"] = args.num_samples
     cfg = TrainConfig(task="bracket", length=args.length, attention="learned",
@@ -104,6 +107,9 @@ def main(argv=None):
     if "diabatic" in names:
         print(f"diabatic/exact = {statistics.median(times['diabatic']) / base:.2f}x at S = "
               f"{args.length}, M = {args.num_samples} (target <= 20x)")
+    if "diabatic" in names and "diabatic-jax" in names:
+        ratio = statistics.median(times["diabatic-jax"]) / statistics.median(times["diabatic"])
+        print(f"diabatic-jax/diabatic = {ratio:.2f}x (the JAX path against the kernel)")
 
 
 if __name__ == "__main__":

@@ -7,14 +7,17 @@ whose layout it reads), and reports anything it does not expect through the API'
 (``XLA_FFI_Error_Create``), so a jaxlib with a different frame fails with a message instead of
 reading the wrong memory. :func:`register` registers such a handler once per process;
 ``jax.ffi.ffi_call`` then calls it from inside a jitted program with no Python and no copies.
-:func:`prologue` is the start every handler shares. Used by :mod:`.union_find` and
-:mod:`.transfer`.
+:func:`prologue` is the start every handler shares. Kernels that share their work among threads
+of their own (:mod:`.transfer`, :mod:`.anneal`) start them from the handler with
+``pthread_create`` and join them before it returns (:func:`share_out`), and are called through
+:func:`threaded_handler`. Used by :mod:`.union_find`, :mod:`.transfer` and :mod:`.anneal`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
 import jax
 import numba
@@ -25,6 +28,8 @@ from numba.extending import intrinsic
 
 #: What a ``backend`` (``components``) argument of a compiled-kernel user may say.
 BACKENDS = ("auto", "numba", "jax")
+#: Threads of one threaded kernel call at most (the calling thread included).
+MAX_THREADS = max(1, min(os.cpu_count() or 1, 8))
 
 
 def available():
@@ -189,3 +194,82 @@ def register(target, compile_handler):
     handler = made[0] if isinstance(made, tuple) else made
     jax.ffi.register_ffi_target(target, capsule(handler.address, None, None), platform="cpu")
     return made  # kept alive by the cache
+
+
+@intrinsic
+def _pthread_create(typingctx, create, tid, start, arg):
+    """``pthread_create(tid, NULL, start, arg)`` through the function's address."""
+    def codegen(context, builder, signature, args):
+        vp = context.get_value_type(types.voidptr)
+        fn = ir.FunctionType(ir.IntType(32), [vp, vp, vp, vp])
+        f = builder.inttoptr(args[0], fn.as_pointer())
+        return builder.call(f, [builder.inttoptr(args[1], vp), ir.Constant(vp, None),
+                                builder.inttoptr(args[2], vp), builder.inttoptr(args[3], vp)])
+    return types.int32(types.int64, types.int64, types.int64, types.int64), codegen
+
+@intrinsic
+def _pthread_join(typingctx, join, tid):
+    """``pthread_join(tid, NULL)`` through the function's address."""
+    def codegen(context, builder, signature, args):
+        vp = context.get_value_type(types.voidptr)
+        fn = ir.FunctionType(ir.IntType(32), [ir.IntType(64), vp])
+        f = builder.inttoptr(args[0], fn.as_pointer())
+        return builder.call(f, [args[1], ir.Constant(vp, None)])
+    return types.int32(types.int64, types.int64), codegen
+
+@numba.njit(inline="always")
+def share_out(run, jobs, T, create, join, worker):
+    """Run the rows ``jobs[0 .. T)`` (one share of the work each, int64 words): rows 1 onwards on
+    threads started with ``pthread_create`` (``create``) at ``worker``, a ``cfunc`` that runs
+    the row at its argument's address; row 0 on the calling thread with ``run``; then join them
+    (``join``). A row whose thread did not start runs on the calling thread."""
+    row = 8 * jobs.shape[1]
+    tids = np.zeros(max(T, 1), np.int64)
+    started = np.zeros(max(T, 1), np.int64)
+    for t in range(1, T):
+        rc = _pthread_create(create, tids.ctypes.data + 8 * t, worker, jobs.ctypes.data + row * t)
+        started[t] = rc == 0
+    if T > 0:
+        run(jobs[0])
+    for t in range(1, T):
+        if started[t]:
+            _pthread_join(join, tids[t])
+        else:
+            run(jobs[t])
+
+#: Signature of a threaded kernel's cached handle: ``(frame, pthread_create, pthread_join,
+#: worker, error_args, threads) -> void*``.
+HANDLE_SIG = types.voidptr(types.voidptr, *[types.int64] * 5)
+
+@intrinsic
+def _call_handle(typingctx, handle, frame, create, join, worker, error_args, threads):
+    """Call a handle of :data:`HANDLE_SIG` through its address: a call of the dispatcher would
+    link its code into the caller, whose compilation would then optimize all of it again."""
+    def codegen(context, builder, signature, args):
+        vp = context.get_value_type(types.voidptr)
+        fn = ir.FunctionType(vp, [vp] + [ir.IntType(64)] * 5)
+        f = builder.inttoptr(args[0], fn.as_pointer())
+        return builder.call(f, list(args[1:]))
+    return HANDLE_SIG.return_type(types.int64, *HANDLE_SIG.args), codegen
+
+
+def threaded_handler(handle, worker, threads=None):
+    """The XLA handler of a threaded kernel: a thin ``cfunc`` that passes this process's
+    addresses (``pthread_create``, ``pthread_join``, ``worker``'s, the error arguments) and the
+    thread count (default :data:`MAX_THREADS`) to ``handle``, a disk-cached ``cfunc`` of
+    :data:`HANDLE_SIG`, so that only these few instructions are compiled per process. Returns
+    the handler with the functions whose addresses it holds (for :func:`register` to keep)."""
+    libc = ctypes.CDLL(None)
+    create = ctypes.cast(libc.pthread_create, ctypes.c_void_p).value
+    join = ctypes.cast(libc.pthread_join, ctypes.c_void_p).value
+    worker_address = worker.address
+    handle_address = handle.address
+    error_args = ERROR_ARGS
+    threads = MAX_THREADS if threads is None else int(threads)
+
+    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
+    def _handler(frame_ptr):
+        return _call_handle(handle_address, frame_ptr, create, join, worker_address, error_args,
+                            threads)
+
+    return _handler, handle, worker

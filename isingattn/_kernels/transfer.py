@@ -26,17 +26,13 @@ pass this process's addresses to the cached :func:`_handle`.
 
 from __future__ import annotations
 
-import ctypes
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import carray, types
-from numba.extending import intrinsic
 
 from .. import _vma
 from . import ffi
@@ -47,7 +43,7 @@ TARGET = "isingattn_transfer_marginals"
 #: rows cost more per number (figures in ``docs/guide/transfer.md``).
 LANES = 64
 #: Threads of one call at most (the calling thread included).
-MAX_THREADS = max(1, min(os.cpu_count() or 1, 8))
+MAX_THREADS = ffi.MAX_THREADS
 #: Below this many state updates (queries x heads x keys x 2^r) a call runs on one thread.
 THREADED_WORK = 1 << 24
 
@@ -382,30 +378,7 @@ def _run(job):
                         carray(ptr(job[7]), (Q, N, S), dtype=np.float64),
                         limit, job[9], job[10])
 
-@intrinsic
-def _pthread_create(typingctx, create, tid, start, arg):
-    """``pthread_create(tid, NULL, start, arg)`` through the function's address."""
-    def codegen(context, builder, signature, args):
-        vp = context.get_value_type(types.voidptr)
-        fn = ir.FunctionType(ir.IntType(32), [vp, vp, vp, vp])
-        f = builder.inttoptr(args[0], fn.as_pointer())
-        return builder.call(f, [builder.inttoptr(args[1], vp), ir.Constant(vp, None),
-                                builder.inttoptr(args[2], vp), builder.inttoptr(args[3], vp)])
-    return types.int32(types.int64, types.int64, types.int64, types.int64), codegen
-
-@intrinsic
-def _pthread_join(typingctx, join, tid):
-    """``pthread_join(tid, NULL)`` through the function's address."""
-    def codegen(context, builder, signature, args):
-        vp = context.get_value_type(types.voidptr)
-        fn = ir.FunctionType(ir.IntType(32), [ir.IntType(64), vp])
-        f = builder.inttoptr(args[0], fn.as_pointer())
-        return builder.call(f, [args[1], ir.Constant(vp, None)])
-    return types.int32(types.int64, types.int64), codegen
-
-_HANDLE_SIG = types.voidptr(types.voidptr, *[types.int64] * 5)
-
-@numba.cfunc(_HANDLE_SIG, nopython=True, cache=True)
+@numba.cfunc(ffi.HANDLE_SIG, nopython=True, cache=True)
 def _handle(frame_ptr, create, join, worker, error_args, threads):
     """The custom call: check the frame, share the units out among threads (the calling
     one takes share 0) and run them. Every address it calls (``pthread_create``,
@@ -449,31 +422,8 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
         jobs[t, 8] = limit
         jobs[t, 9] = units * t // T
         jobs[t, 10] = units * (t + 1) // T
-    tids = np.zeros(max(T, 1), np.int64)
-    started = np.zeros(max(T, 1), np.int64)
-    for t in range(1, T):  # the calling thread takes share 0
-        rc = _pthread_create(create, tids.ctypes.data + 8 * t, worker,
-                             jobs.ctypes.data + 88 * t)
-        started[t] = rc == 0
-    if T > 0:
-        _run(jobs[0])
-    for t in range(1, T):
-        if started[t]:
-            _pthread_join(join, tids[t])
-        else:  # no thread: do its share here
-            _run(jobs[t])
+    ffi.share_out(_run, jobs, T, create, join, worker)
     return ptr(0)
-
-@intrinsic
-def _call_handle(typingctx, handle, frame, create, join, worker, error_args, threads):
-    """Call :func:`_handle` through its address: a call of the dispatcher would link its
-    code into the caller, whose compilation would then optimize all of it again."""
-    def codegen(context, builder, signature, args):
-        vp = context.get_value_type(types.voidptr)
-        fn = ir.FunctionType(vp, [vp] + [ir.IntType(64)] * 5)
-        f = builder.inttoptr(args[0], fn.as_pointer())
-        return builder.call(f, list(args[1:]))
-    return _HANDLE_SIG.return_type(types.int64, *_HANDLE_SIG.args), codegen
 
 @numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
 def _worker(job):
@@ -482,23 +432,7 @@ def _worker(job):
 
 
 def _compile_handler():
-    """The handler: a thin ``cfunc`` that passes this process's addresses to the cached
-    :func:`_handle` (only this wrapper, a few instructions, is compiled per process)."""
-    libc = ctypes.CDLL(None)
-    create = ctypes.cast(libc.pthread_create, ctypes.c_void_p).value
-    join = ctypes.cast(libc.pthread_join, ctypes.c_void_p).value
-    worker = _worker.address
-    error_args = ffi.ERROR_ARGS
-    threads = MAX_THREADS
-
-    handle = _handle.address
-
-    @numba.cfunc(types.voidptr(types.voidptr), nopython=True)
-    def _handler(frame_ptr):
-        return _call_handle(handle, frame_ptr, create, join, worker, error_args, threads)
-
-    # the addresses of the others are baked into the handler: keep them alive
-    return _handler, _handle, _worker
+    return ffi.threaded_handler(_handle, _worker, MAX_THREADS)
 
 
 def _register():

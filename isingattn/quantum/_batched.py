@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from .._kernels import ffi
 from ..models import Vartype
 from ._evolve import (
     _ERROR_CONSTANT,
@@ -47,13 +48,15 @@ def traced_num_steps(schedule, annealing_time, flip_scale, *, order=4, tolerance
 
 
 def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None, order=4,
-                  tolerance=1e-4, min_steps=MIN_STEPS):
+                  tolerance=1e-4, min_steps=MIN_STEPS, backend="auto"):
     """``total`` measurements of the anneal of every model of the batch, traceable.
 
     Returns ``(spins, num_steps)``: spins ``batch + (total, n)`` in the model's vartype (masked
     variables at the low value) and the (traced) number of integration steps used, the same for
     the whole batch (the automatic count of its largest flip scale). ``n <= MAX_QUBITS``.
+    ``backend``: where the state vectors evolve, as in :func:`isingattn.quantum.evolve`.
     """
+    backend = ffi.resolve_backend(backend)
     n = model.n
     if n > MAX_QUBITS:
         raise ValueError(
@@ -76,7 +79,8 @@ def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None
     energy = problem_energies(h, J)
     amps = _evolve_batch(
         energy, active, jnp.asarray(schedule.s, rdtype), jnp.asarray(schedule.A, rdtype),
-        jnp.asarray(schedule.B, rdtype), jnp.asarray(annealing_time, rdtype), steps, order)
+        jnp.asarray(schedule.B, rdtype), jnp.asarray(annealing_time, rdtype), steps, order,
+        backend)
     probs = jnp.abs(amps) ** 2
     probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
     idx = sample_register(key, probs, total)  # (M, total); bit i = variable i

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._kernels import anneal, ffi
 from .._validation import check_choice, check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
 from ._schedule import AnnealingSchedule, as_schedule
@@ -229,8 +230,13 @@ def _evolve_one(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, weights):
     return jnp.where(keep, psi * fix, 0).astype(cdtype)
 
 
-@functools.partial(jax.jit, static_argnames=("order",))
-def _evolve_batch(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order):
+@functools.partial(jax.jit, static_argnames=("order", "backend"))
+def _evolve_batch(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order, backend="jax"):
+    """Final states ``(M, 2^k)`` of every model: on ``backend`` ``"numba"`` by the compiled
+    kernel (:mod:`isingattn._kernels.anneal`, float64 arithmetic), on ``"jax"`` by
+    :func:`_evolve_one` mapped over the batch."""
+    if backend == "numba":
+        return anneal.evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order)
     weights = _SUBSTEPS[order]
     fn = lambda e, a: _evolve_one(e, a, s_tab, A_tab, B_tab, t_a, num_steps, weights)
     k = active.shape[-1]
@@ -300,17 +306,20 @@ class Evolution(NamedTuple):
 
 
 def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, order=4,
-           tolerance=DEFAULT_TOLERANCE) -> Evolution:
+           tolerance=DEFAULT_TOLERANCE, backend="auto") -> Evolution:
     """Simulate the anneal ``H(s) = -A(s)/2 sum_i X_i + B(s)/2 H_problem`` of every model of the
     batch on its compact register (:func:`prepare`), from the ground state of the driver, over
     ``annealing_time`` (ns) along ``schedule`` (a name or an ``AnnealingSchedule``), by a
     product formula of ``order`` (2 or 4) in ``num_steps`` steps (default: enough for
-    ``tolerance`` by the step-count rule of the module doc). Returns an :class:`Evolution`;
-    sample it with :func:`sample_register` / :func:`register_to_states`.
+    ``tolerance`` by the step-count rule of the module doc), on ``backend``: ``"auto"``
+    (default: the compiled CPU kernel where JAX runs on the CPU, else JAX), ``"numba"`` or
+    ``"jax"`` (same integrator; the kernel computes in float64 whatever the dtype). Returns an
+    :class:`Evolution`; sample it with :func:`sample_register` / :func:`register_to_states`.
 
     Raises ``ValueError`` for a non-positive or non-finite ``annealing_time`` or ``tolerance``,
-    an ``order`` other than 2 or 4, or too many active variables, ``TypeError`` as
-    :func:`prepare`."""
+    an ``order`` other than 2 or 4, an unknown ``backend`` (or ``"numba"`` off the CPU), or too
+    many active variables, ``TypeError`` as :func:`prepare`."""
+    backend = ffi.resolve_backend(backend)
     schedule = as_schedule(schedule)
     t_a = check_annealing_time(annealing_time)
     order = check_order(order)
@@ -332,7 +341,7 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     amps = _evolve_batch(
         energy, jnp.asarray(prob.active), jnp.asarray(schedule.s, rdtype),
         jnp.asarray(schedule.A, rdtype), jnp.asarray(schedule.B, rdtype),
-        jnp.asarray(t_a, rdtype), jnp.asarray(num_steps, jnp.int32), order,
+        jnp.asarray(t_a, rdtype), jnp.asarray(num_steps, jnp.int32), order, backend,
     )
     return Evolution(amps, prob, num_steps, order)
 
@@ -377,7 +386,7 @@ def _to_full(values, prob: Problem):
 
 
 def final_state(model, schedule="linear", annealing_time=1.0, *, num_steps=None, order=4,
-                tolerance=DEFAULT_TOLERANCE) -> jax.Array:
+                tolerance=DEFAULT_TOLERANCE, backend="auto") -> jax.Array:
     """Amplitudes ``<z|U(t_a)|+...+>`` of the annealed state, shape ``batch + (2^n,)``.
 
     Index ``k`` <-> variable ``i`` takes bit ``i`` of ``k`` (bit 1 = +1 / 1), as in
@@ -393,17 +402,19 @@ def final_state(model, schedule="linear", annealing_time=1.0, *, num_steps=None,
       num_steps: integration steps; by default from :func:`default_num_steps`.
       order: 4 (Yoshida composition of three Strang steps, default) or 2 (Strang).
       tolerance: target amplitude error of the automatic step count.
+      backend: ``"auto"`` (default), ``"numba"`` (the compiled CPU kernel) or ``"jax"``; see
+        :func:`evolve`.
     """
     ev = evolve(model, schedule, annealing_time, num_steps=num_steps, order=order,
-                tolerance=tolerance)
+                tolerance=tolerance, backend=backend)
     return _to_full(ev.amplitudes, ev.problem)
 
 
 def output_distribution(model, schedule="linear", annealing_time=1.0, *, num_steps=None,
-                        order=4, tolerance=DEFAULT_TOLERANCE) -> jax.Array:
+                        order=4, tolerance=DEFAULT_TOLERANCE, backend="auto") -> jax.Array:
     """Probabilities ``|<z|U(t_a)|+...+>|^2`` of measuring each computational state after the
     anneal, shape ``batch + (2^n,)``, in the layout of :func:`isingattn.exact.probabilities`
-    (arguments as in :func:`final_state`).
+    (arguments as in :func:`final_state`, ``backend`` included).
 
     Example:
       >>> import jax
@@ -414,7 +425,7 @@ def output_distribution(model, schedule="linear", annealing_time=1.0, *, num_ste
       ((16,), 1.0)
     """
     ev = evolve(model, schedule, annealing_time, num_steps=num_steps, order=order,
-                tolerance=tolerance)
+                tolerance=tolerance, backend=backend)
     return _to_full(jnp.abs(ev.amplitudes) ** 2, ev.problem)
 
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import quantum
+from .._kernels import ffi
 from .._validation import check_positive_int, is_concrete
 from ._base import Sampler
 
@@ -43,6 +44,9 @@ class DiabaticAnnealingSampler(Sampler):
       tolerance: target amplitude error of the automatic step count (default 1e-4).
       min_steps: fewest steps of the automatic count (default 64, which resolves the shape of
         ``A``, ``B`` to a relative error of about 2e-5 in ``p - uniform``; 16 leave about 2e-4).
+      backend: where the state vectors evolve: ``"auto"`` (default: the compiled CPU kernel of
+        :mod:`isingattn._kernels.anneal` where JAX runs on the CPU, else JAX), ``"numba"`` or
+        ``"jax"``; the same integrator (the kernel in float64 arithmetic).
 
     Inside ``jit`` (the model's parameters traced, as in a training step with
     ``sampled(DiabaticAnnealingSampler(...))``) the whole batch is simulated in the compiled
@@ -65,14 +69,15 @@ class DiabaticAnnealingSampler(Sampler):
 
     parameters: ClassVar[dict[str, list]] = {
         "schedule": [], "annealing_time": [], "num_steps": [], "order": [], "tolerance": [],
-        "min_steps": [],
+        "min_steps": [], "backend": [],
     }
     properties: ClassVar[dict[str, Any]] = {"exact": False, "quantum": True, "max_active_n": quantum.MAX_QUBITS,
                   "annealing_time_units": "ns", "schedule_units": "GHz",
                   "exponential_cost": True}
 
     def __init__(self, schedule="dwave_like", annealing_time=0.1, *, num_steps=None, order=4,
-                 tolerance=quantum.DEFAULT_TOLERANCE, min_steps=quantum.MIN_STEPS):
+                 tolerance=quantum.DEFAULT_TOLERANCE, min_steps=quantum.MIN_STEPS,
+                 backend="auto"):
         self.defaults = {
             "schedule": quantum.as_schedule(schedule),
             "annealing_time": quantum.check_annealing_time(annealing_time),
@@ -81,7 +86,9 @@ class DiabaticAnnealingSampler(Sampler):
             "order": quantum.check_order(order),
             "tolerance": tolerance,
             "min_steps": check_positive_int("min_steps", min_steps),
+            "backend": backend,
         }
+        ffi.resolve_backend(backend)  # checked now, resolved where it runs
 
     def _sample(self, model, key, num_samples, num_chains, **options):
         opts = dict(self.defaults)
@@ -103,7 +110,8 @@ class DiabaticAnnealingSampler(Sampler):
                                                      tolerance=opts["tolerance"],
                                                      min_steps=min_steps))
         ev = quantum.evolve(model, schedule, t_a, num_steps=num_steps,
-                            order=opts["order"], tolerance=opts["tolerance"])
+                            order=opts["order"], tolerance=opts["tolerance"],
+                            backend=opts["backend"])
         probs = jnp.abs(ev.amplitudes) ** 2
         norm = jnp.sum(probs, axis=-1, keepdims=True)
         probs = jax.block_until_ready(probs / norm)
@@ -130,7 +138,7 @@ class DiabaticAnnealingSampler(Sampler):
         total = num_chains * num_samples
         states, steps = quantum.sample_traced(
             model, key, total, schedule, t_a, num_steps=opts["num_steps"], order=order,
-            tolerance=opts["tolerance"], min_steps=min_steps)
+            tolerance=opts["tolerance"], min_steps=min_steps, backend=opts["backend"])
         spins = states.reshape(model.batch_shape + (num_chains, num_samples, model.n))
         beta = quantum.effective_beta(schedule, t_a)
         info = {"schedule": schedule.name, "annealing_time": t_a, "num_steps": steps,

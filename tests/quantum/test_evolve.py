@@ -66,12 +66,16 @@ def _reference_expm(model, schedule, t_a, pieces):
     return y
 
 
+BACKENDS = ["numba", "jax"]  # the compiled kernel (the CPU default) and the JAX path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("schedule,t_a", [(linear_schedule(1.0, 1.5), 3.0),
                                           (dwave_like_schedule(), 0.4)])
-def test_amplitudes_match_scipy_ode_and_expm(schedule, t_a):
+def test_amplitudes_match_scipy_ode_and_expm(schedule, t_a, backend):
     with jax.enable_x64(True):
         model = _model(4, 0, dtype=np.float64)
-        ours = np.asarray(final_state(model, schedule, t_a, tolerance=1e-9))
+        ours = np.asarray(final_state(model, schedule, t_a, tolerance=1e-9, backend=backend))
         ode = _reference_ode(model, schedule, t_a)
         # piecewise-constant expm: second order in the piece length, 400 pieces -> ~1e-5
         pw = _reference_expm(model, schedule, t_a, 400)
@@ -91,15 +95,16 @@ def test_default_precision_amplitudes_within_tolerance():
     np.testing.assert_allclose(ours, _reference_ode(model, sched, 2.0), atol=3e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("order", [2, 4])
-def test_convergence_order(order):
+def test_convergence_order(order, backend):
     # error(N) / error(2N) -> 2^order
     with jax.enable_x64(True):
         model = _model(3, 2, dtype=np.float64)
         sched = linear_schedule(1.0, 1.0)
         ref = _reference_ode(model, sched, 2.0)
-        errs = [np.abs(np.asarray(final_state(model, sched, 2.0, num_steps=N, order=order)) - ref)
-                .max() for N in (40, 80)]
+        errs = [np.abs(np.asarray(final_state(model, sched, 2.0, num_steps=N, order=order,
+                                              backend=backend)) - ref).max() for N in (40, 80)]
     assert errs[0] / errs[1] == pytest.approx(2**order, rel=0.15)
 
 
@@ -158,16 +163,59 @@ def test_masked_variables_left_out_and_low():
     np.testing.assert_allclose(amp[~off_low], amp_r[red_idx], atol=1e-6)
 
 
-def test_batch_with_different_masks_matches_one_by_one():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_with_different_masks_matches_one_by_one(backend):
     base = random_dense(jax.random.key(2), 5, batch_shape=(3,))
     masks = jnp.array([[1, 1, 1, 1, 1], [1, 0, 1, 0, 1], [0, 1, 1, 1, 0]], bool)
     model = base.replace(mask=masks)
-    p = np.asarray(output_distribution(model, "linear", 0.8, num_steps=100))
+    p = np.asarray(output_distribution(model, "linear", 0.8, num_steps=100, backend=backend))
     assert p.shape == (3, 32)
     for b in range(3):
-        pb = np.asarray(output_distribution(model[b], "linear", 0.8, num_steps=100))
+        pb = np.asarray(output_distribution(model[b], "linear", 0.8, num_steps=100,
+                                            backend=backend))
         # registers of 5 and 3 qubits: the same arithmetic up to float32 rounding
         np.testing.assert_allclose(p[b], pb, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 8])
+def test_compiled_kernel_matches_the_jax_path(k):
+    # the same integrator in float64 on both sides: equal to rounding, for an odd and an even
+    # number of qubits (the kernel rotates two qubits per pass), none, and unused qubits
+    rng = np.random.default_rng(k)
+    M = 6
+    h = rng.normal(size=(M, k))
+    J = np.triu(rng.normal(size=(M, k, k)), 1)
+    active = rng.random((M, k)) < 0.7
+    active[0] = True
+    h, J = h * active, (J + J.transpose(0, 2, 1)) * active[:, :, None] * active[:, None, :]
+    sched = dwave_like_schedule()
+    with jax.enable_x64(True):
+        E = _evolve.problem_energies(jnp.asarray(h), jnp.asarray(J))
+        for order in (2, 4):
+            args = (E, jnp.asarray(active), jnp.asarray(sched.s), jnp.asarray(sched.A),
+                    jnp.asarray(sched.B), jnp.asarray(0.9), jnp.int32(23), order)
+            ours = np.asarray(_evolve._evolve_batch(*args, backend="numba"))
+            ref = np.asarray(_evolve._evolve_batch(*args, backend="jax"))
+            assert ours.dtype == np.complex128
+            np.testing.assert_allclose(ours, ref, atol=1e-12)
+    # float32 inputs: complex64 out, float64 arithmetic inside: the float64 run of the same
+    # (rounded) inputs, up to the rounding of the output
+    r32 = [np.asarray(x, np.float32) for x in (E, sched.s, sched.A, sched.B, 0.9)]
+    ours = np.asarray(_evolve._evolve_batch(*map(jnp.asarray, r32[:1]), jnp.asarray(active),
+                                            *map(jnp.asarray, r32[1:]), jnp.int32(23), 4,
+                                            backend="numba"))
+    assert ours.dtype == np.complex64
+    with jax.enable_x64(True):
+        r64 = [jnp.asarray(x, jnp.float64) for x in r32]
+        ref = np.asarray(_evolve._evolve_batch(r64[0], jnp.asarray(active), *r64[1:],
+                                               jnp.int32(23), 4, backend="jax"))
+    np.testing.assert_allclose(ours, ref, atol=2e-7)
+
+
+def test_backend_choice_errors():
+    m = _model(3, 0)
+    with pytest.raises(ValueError, match=r"backend must be one of .*'auto', 'numba', 'jax'"):
+        output_distribution(m, "linear", 1.0, backend="fortran")
 
 
 def test_binary_and_sparse_models():

@@ -80,6 +80,12 @@ def test_options_and_info():
     assert set(info["timing"]) >= {"setup_s", "sampling_s", "total_s"}
     with pytest.raises(TypeError, match="unknown option"):
         s.sample(m, jax.random.key(0), 10, beta_range=(0.1, 1))
+    # the JAX path is an option of the sampler (same integrator as the compiled kernel)
+    jx = s.sample(m, jax.random.key(0), 10, annealing_time=0.2, schedule="linear",
+                  num_steps=50, order=2, backend="jax")
+    assert jx.spins.shape == out.spins.shape and jx.info["norm_error"] < 1e-5
+    with pytest.raises(ValueError, match="backend must be one of"):
+        DiabaticAnnealingSampler(backend="gpu")
     with pytest.raises(ValueError, match="annealing_time must be finite and >= 0"):
         s.sample(m, jax.random.key(0), 10, annealing_time=-1.0)
     with pytest.raises(ValueError, match="strictly increasing"):

@@ -1,0 +1,320 @@
+"""The state-vector anneal on the CPU in compiled code, called from inside XLA programs.
+
+The integrator of :mod:`isingattn.quantum._evolve` (the exponential midpoint rule split
+symmetrically, optionally composed into Yoshida's fourth-order triple jump) as one numba kernel,
+handed to XLA as a typed FFI custom call (:mod:`.ffi`). Same algorithm as the JAX path
+(``_evolve._evolve_one``): every qubit starts in ``|+>``, each sub-step multiplies the state by
+the phases ``e^{-i phi E}`` of the pending and the next half step and applies the driver rotation
+``c + i s X`` to every qubit; unused qubits are projected out at the end.
+
+Why it is faster on the CPU: a model's ``2^k`` amplitudes stay in the core's cache for the whole
+anneal (XLA runs each sub-step as kernels over the whole batch, streaming it through memory);
+the rotations of two qubits are applied in one pass over the amplitudes (half the loads and
+stores of one pass per qubit); the phases use a polynomial sine and cosine that the compiler
+vectorizes (the library's ``sin``/``cos`` are scalar calls, half the time of the JAX step); and
+the models are shared out among threads of the kernel's own (:func:`.ffi.share_out`). The
+arithmetic is float64 whatever the dtype of the energies (the result is rounded to the output
+dtype). Timings: ``docs/guide/diabatic.md``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+from numba import carray, types
+
+from .. import _vma
+from . import ffi
+from .ffi import arguments, buffer, dtype_of, fail, lead, prologue, ptr, result, words
+
+TARGET = "isingattn_anneal_state_vector"
+#: Below this much work (models x amplitudes x qubits x sub-steps) a call runs on one thread.
+THREADED_WORK = 1 << 24
+_C64, _C128 = 15, 18  # XLA_FFI_DataType of complex64, complex128
+_JOB = 13  # words of one thread's job
+
+_OPT = {"nogil": True, "boundscheck": False, "fastmath": True, "error_model": "numpy",
+        "cache": True}
+
+# sin and cos on [-pi/4, pi/4]: the minimax polynomials of fdlibm's __kernel_sin and
+# __kernel_cos (error below 1e-16 there); the argument is reduced by multiples of pi/2 in two
+# parts (Cody-Waite), exact to about 1e-16 |x| for the phases met here (|x| << 1e6).
+_TWO_OVER_PI = 2.0 / math.pi
+_PIO2_HI = 1.5707963267341256e00
+_PIO2_LO = 6.0771005065061922e-11
+_S1, _S2, _S3 = -1.6666666666666632e-01, 8.3333333332248946e-03, -1.9841269829589539e-04
+_S4, _S5, _S6 = 2.7557313707070068e-06, -2.5050760253406863e-08, 1.5896230157221844e-10
+_C1, _C2, _C3 = 4.1666666666666019e-02, -1.3888888888839116e-03, 2.4801587269650015e-05
+_C4, _C5, _C6 = -2.7557304623183960e-07, 2.0873958177697780e-09, -1.1359647557788195e-11
+
+
+@numba.njit(inline="always", **_OPT)
+def sincos(x):
+    """``(sin x, cos x)`` in branch-free arithmetic (vectorizable)."""
+    n = np.round(x * _TWO_OVER_PI)
+    r = (x - n * _PIO2_HI) - n * _PIO2_LO
+    z = r * r
+    s = r + r * z * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * _S6)))))
+    c = 1.0 - 0.5 * z + z * z * (_C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * _C6)))))
+    q = np.int64(n)
+    odd = (q & 1) != 0
+    sq = c if odd else s
+    cq = s if odd else c
+    if (q & 2) != 0:
+        sq = -sq
+    if ((q + 1) & 2) != 0:
+        cq = -cq
+    return sq, cq
+
+@numba.njit(**_OPT)
+def step_weights(order):
+    """The composition weights of one step: ``(1,)`` for the second-order (Strang) step, and
+    Yoshida's triple jump ``(w1, w0, w1)`` for order 4 (as ``_evolve._SUBSTEPS``, in float64)."""
+    if order == 2:
+        return np.ones(1)
+    w1 = 1.0 / (2.0 - 2.0 ** (1.0 / 3.0))
+    w = np.empty(3)
+    w[0] = w[2] = w1
+    w[1] = -(2.0 ** (1.0 / 3.0)) * w1
+    return w
+
+@numba.njit(**_OPT)
+def substeps(tables, t_a, num_steps, weights):
+    """Per sub-step ``j``: the phase coefficient ``coef[j]`` (pending half step plus this one's,
+    so the state gets ``e^{-i coef E}``), and ``cos``, ``sin`` of the driver angle; and the
+    pending half step after the last, and the sum of the angles (as ``_evolve._evolve_one``)."""
+    nsub = weights.shape[0]
+    cum = np.zeros(nsub + 1)
+    for j in range(nsub):
+        cum[j + 1] = cum[j] + weights[j]
+    T = num_steps * nsub
+    coef = np.empty(T)
+    cs = np.empty(T)
+    sn = np.empty(T)
+    pending = 0.0
+    total = 0.0
+    h_t = t_a / num_steps
+    s_tab, A_tab, B_tab = tables[0], tables[1], tables[2]
+    for j in range(T):
+        step, sub = j // nsub, j % nsub
+        s_mid = (step + cum[sub] + 0.5 * weights[sub]) / num_steps
+        dt = weights[sub] * h_t
+        A = np.interp(s_mid, s_tab, A_tab)
+        B = np.interp(s_mid, s_tab, B_tab)
+        half = math.pi * dt * B / 2
+        coef[j] = pending + half
+        theta = math.pi * dt * A
+        cs[j] = math.cos(theta)
+        sn[j] = math.sin(theta)
+        total += theta
+        pending = half
+    return coef, cs, sn, pending, total
+
+@numba.njit(inline="always", **_OPT)
+def _rotate_two(re, im, size, bit, c, s):
+    """``(c + i s X)`` on the qubits of ``bit`` and ``2 bit`` in one pass."""
+    for base in range(0, size, 4 * bit):
+        for a in range(base, base + bit):
+            b, d, e = a + bit, a + 2 * bit, a + 3 * bit
+            r0, i0, r1, i1 = re[a], im[a], re[b], im[b]
+            r2, i2, r3, i3 = re[d], im[d], re[e], im[e]
+            a0r, a0i = c * r0 - s * i1, c * i0 + s * r1
+            a1r, a1i = c * r1 - s * i0, c * i1 + s * r0
+            a2r, a2i = c * r2 - s * i3, c * i2 + s * r3
+            a3r, a3i = c * r3 - s * i2, c * i3 + s * r2
+            re[a], im[a] = c * a0r - s * a2i, c * a0i + s * a2r
+            re[d], im[d] = c * a2r - s * a0i, c * a2i + s * a0r
+            re[b], im[b] = c * a1r - s * a3i, c * a1i + s * a3r
+            re[e], im[e] = c * a3r - s * a1i, c * a3i + s * a1r
+
+@numba.njit(inline="always", **_OPT)
+def _rotate_one(re, im, size, bit, c, s):
+    for base in range(0, size, 2 * bit):
+        for a in range(base, base + bit):
+            b = a + bit
+            ra, ia, rb, ib = re[a], im[a], re[b], im[b]
+            re[a], im[a] = c * ra - s * ib, c * ia + s * rb
+            re[b], im[b] = c * rb - s * ia, c * ib + s * ra
+
+@numba.njit(inline="always", **_OPT)
+def _bit_count(x):
+    n = 0
+    while x:
+        n += x & 1
+        x >>= 1
+    return n
+
+@numba.njit(**_OPT)
+def evolve_models(energy, active, tables, t_a, num_steps, order, out, m0, m1):
+    """Final states ``out[m]`` ``(2^k,)`` complex of the models ``m0 .. m1 - 1``: energies
+    ``energy`` ``(M, 2^k)``, qubits in use ``active`` ``(M, k)``, schedule ``tables``
+    ``(3, P)`` (``s``, ``A``, ``B``), anneal time ``t_a`` (ns), ``num_steps`` steps of the
+    product formula of ``order`` (2 or 4)."""
+    size = energy.shape[1]
+    k = active.shape[1]
+    coef, cs, sn, pending, total = substeps(tables, t_a, num_steps, step_weights(order))
+    T = coef.shape[0]
+    re = np.empty(size)
+    im = np.empty(size)
+    E = np.empty(size)
+    a0 = 2.0 ** (-k / 2)
+    for m in range(m0, m1):
+        for a in range(size):
+            re[a] = a0
+            im[a] = 0.0
+            E[a] = energy[m, a]
+        for j in range(T):
+            phi = coef[j]
+            for a in range(size):
+                sa, ca = sincos(phi * E[a])
+                r, i = re[a], im[a]
+                re[a] = r * ca + i * sa
+                im[a] = i * ca - r * sa
+            c, s = cs[j], sn[j]
+            q = 0
+            while q + 1 < k:
+                _rotate_two(re, im, size, 1 << q, c, s)
+                q += 2
+            if q < k:
+                _rotate_one(re, im, size, 1 << q, c, s)
+        unused = 0
+        for q in range(k):
+            if not active[m, q]:
+                unused |= 1 << q
+        u = _bit_count(unused)  # unused qubits
+        scale = 2.0 ** (u / 2)
+        fr = scale * math.cos(u * total)
+        fi = -scale * math.sin(u * total)
+        for a in range(size):
+            if a & unused:
+                out[m, a] = 0
+                continue
+            sa, ca = sincos(pending * E[a])
+            r = re[a] * ca + im[a] * sa
+            i = im[a] * ca - re[a] * sa
+            out[m, a] = complex(r * fr - i * fi, r * fi + i * fr)
+
+@numba.njit(nogil=True, cache=True)
+def _run(job):
+    """One thread's share: ``job`` = [dtype, M, size, k, P, energy, active, tables, t_a,
+    steps and order, out, m0, m1]."""
+    M, size, k, P = job[1], job[2], job[3], job[4]
+    active = carray(ptr(job[6]), (M, k), dtype=np.bool_)
+    ints = carray(ptr(job[9]), (2,), dtype=np.int32)
+    if job[0] == ffi.F32:
+        evolve_models(carray(ptr(job[5]), (M, size), dtype=np.float32), active,
+                      carray(ptr(job[7]), (3, P), dtype=np.float32),
+                      carray(ptr(job[8]), (1,), dtype=np.float32)[0], ints[0], ints[1],
+                      carray(ptr(job[10]), (M, size), dtype=np.complex64), job[11], job[12])
+    else:
+        evolve_models(carray(ptr(job[5]), (M, size), dtype=np.float64), active,
+                      carray(ptr(job[7]), (3, P), dtype=np.float64),
+                      carray(ptr(job[8]), (1,), dtype=np.float64)[0], ints[0], ints[1],
+                      carray(ptr(job[10]), (M, size), dtype=np.complex128), job[11], job[12])
+
+@numba.cfunc(ffi.HANDLE_SIG, nopython=True, cache=True)
+def _handle(frame_ptr, create, join, worker, error_args, threads):
+    """The custom call: check the frame (five arguments: energies, active qubits, schedule
+    tables, anneal time, step count and order; one complex result), share the models out among threads and
+    run them. Addresses and the thread count come in as arguments (:func:`.ffi.threaded_handler`),
+    so that the compiled code can be cached on disk."""
+    frame, done, answer = prologue(frame_ptr, 5, error_args)
+    if done:
+        return answer
+    args = arguments(frame, 5)
+    dt = dtype_of(args[0])
+    if dt != ffi.F32 and dt != ffi.F64:
+        return fail(frame, error_args)
+    energy, rank, e_dims = buffer(args[0], dt, 1)
+    active, a_rank, a_dims = buffer(args[1], ffi.PRED, 1)
+    tables, t_rank, t_dims = buffer(args[2], dt, 2)
+    t_a, p_rank, _ = buffer(args[3], dt, 0)
+    ints, s_rank, s_dims = buffer(args[4], ffi.S32, 1)
+    out, out_rank, _ = buffer(result(frame), _C64 if dt == ffi.F32 else _C128, 1)
+    if (rank < 0 or a_rank != rank or t_rank != 2 or p_rank != 0 or s_rank != 1
+            or out_rank != rank):
+        return fail(frame, error_args)
+    dims = words(e_dims, rank)
+    adims = words(a_dims, rank)
+    tdims = words(t_dims, 2)
+    size, k = dims[rank - 1], adims[rank - 1]
+    steps_order = carray(ptr(ints), (2,), dtype=np.int32)
+    num_steps, order = steps_order[0], steps_order[1]
+    if (size != 1 << k or tdims[0] != 3 or tdims[1] < 1 or words(s_dims, 1)[0] != 2
+            or (order != 2 and order != 4)):
+        return fail(frame, error_args)
+    M = lead(dims, rank, 1)
+    if M != lead(adims, rank, 1):
+        return fail(frame, error_args)
+    T = min(threads, M)
+    if M * size * max(k, 1) * max(num_steps, 1) * (order - 1) < THREADED_WORK:
+        T = 1
+    jobs = np.empty((max(T, 1), _JOB), np.int64)
+    for t in range(T):
+        jobs[t, 0] = dt
+        jobs[t, 1] = M
+        jobs[t, 2] = size
+        jobs[t, 3] = k
+        jobs[t, 4] = tdims[1]
+        jobs[t, 5] = energy
+        jobs[t, 6] = active
+        jobs[t, 7] = tables
+        jobs[t, 8] = t_a
+        jobs[t, 9] = ints
+        jobs[t, 10] = out
+        jobs[t, 11] = M * t // T
+        jobs[t, 12] = M * (t + 1) // T
+    ffi.share_out(_run, jobs, T, create, join, worker)
+    return ptr(0)
+
+@numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
+def _worker(job):
+    _run(carray(job, (_JOB,), dtype=np.int64))
+    return ptr(0)
+
+
+def _compile_handler():
+    return ffi.threaded_handler(_handle, _worker)
+
+
+def _register():
+    return ffi.register(TARGET, _compile_handler)
+
+
+def evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order):
+    """Final states of the anneal of a batch of models, in one compiled call.
+
+    Args:
+      energy: ``(M, 2^k)`` float32 or float64, each model's problem energy over its register.
+      active: ``(M, k)`` bool, the qubits that carry a variable (the others are projected out).
+      s_tab, A_tab, B_tab: ``(P,)`` the schedule table (``A``, ``B`` in GHz at ``s``).
+      t_a: the anneal time (ns), a scalar; num_steps: the number of steps, an int32 scalar (may
+        be traced); order: 2 or 4, the product formula (static).
+
+    Returns ``(M, 2^k)`` complex64 (complex128 for float64 energies): the amplitudes
+    ``_evolve._evolve_one`` computes, in float64 arithmetic. Raises ``ValueError`` for
+    mismatched shapes, another dtype or another order."""
+    if order not in (2, 4):
+        raise ValueError(f"order must be 2 or 4; got {order!r}")
+    _register()
+    energy = jnp.asarray(energy)
+    dt = energy.dtype
+    if dt not in (jnp.float32, jnp.float64):
+        raise ValueError(f"energy must be float32 or float64; got {dt}")
+    active = jnp.asarray(active, bool)
+    if energy.ndim != 2 or active.ndim != 2 or energy.shape[0] != active.shape[0] or (
+            energy.shape[1] != 1 << active.shape[1]):
+        raise ValueError(f"energy must be (M, 2^k) and active (M, k); got energy {energy.shape}, "
+                         f"active {active.shape}")
+    cdt = jnp.complex64 if dt == jnp.float32 else jnp.complex128
+    if energy.shape[0] == 0:
+        return jnp.zeros(energy.shape, cdt)
+    tables = jnp.stack([jnp.asarray(s_tab, dt), jnp.asarray(A_tab, dt), jnp.asarray(B_tab, dt)])
+    ints = jnp.stack([jnp.asarray(num_steps, jnp.int32), jnp.int32(order)])
+    return jax.ffi.ffi_call(TARGET, _vma.result_like(energy.shape, cdt, energy, active),
+                            vmap_method="sequential")(energy, active, tables,
+                                                      jnp.asarray(t_a, dt), ints)
