@@ -7,9 +7,12 @@
   (:mod:`isingattn.samplers._clusters`);
 * :mod:`.transfer`: the forward pass of banded-chain marginals for ``method='transfer'``
   attention (:mod:`isingattn.attention._banded`).
+* :mod:`.anneal`: the state-vector anneal of the diabatic simulator
+  (:mod:`isingattn.quantum`, ``DiabaticAnnealingSampler``).
 
 One policy decides where a kernel runs, :func:`.ffi.resolve_backend`: ``"auto"`` is the
 compiled kernel where JAX runs on the CPU (and XLA accepted the kernel), else JAX; ``"numba"``
 where it cannot run is a ``ValueError``; ``"jax"`` is JAX on any backend. Every user of a
-kernel (``Transfer(backend=...)``, the cluster samplers' ``components=...``) calls it.
+kernel (``Transfer(backend=...)``, the cluster samplers' ``components=...``, the simulator's
+``backend=...``) calls it.
 """

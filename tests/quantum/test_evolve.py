@@ -177,12 +177,16 @@ def test_batch_with_different_masks_matches_one_by_one(backend):
         np.testing.assert_allclose(p[b], pb, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("k", [0, 1, 2, 5, 8])
-def test_compiled_kernel_matches_the_jax_path(k):
+@pytest.mark.parametrize("k,M,steps", [(0, 6, 23), (1, 6, 23), (2, 6, 23), (5, 6, 23),
+                                         (8, 6, 23), (10, 8, 120)])
+def test_compiled_kernel_matches_the_jax_path(k, M, steps):
     # the same integrator in float64 on both sides: equal to rounding, for an odd and an even
-    # number of qubits (the kernel rotates two qubits per pass), none, and unused qubits
+    # number of qubits (the kernel rotates two qubits per pass), none, and unused qubits; the
+    # last case is above the kernel's threading threshold (models shared among threads)
+    from isingattn._kernels import anneal
+
+    assert M * 2**k * k * steps * 3 >= anneal.THREADED_WORK or k < 10
     rng = np.random.default_rng(k)
-    M = 6
     h = rng.normal(size=(M, k))
     J = np.triu(rng.normal(size=(M, k, k)), 1)
     active = rng.random((M, k)) < 0.7
@@ -193,7 +197,7 @@ def test_compiled_kernel_matches_the_jax_path(k):
         E = _evolve.problem_energies(jnp.asarray(h), jnp.asarray(J))
         for order in (2, 4):
             args = (E, jnp.asarray(active), jnp.asarray(sched.s), jnp.asarray(sched.A),
-                    jnp.asarray(sched.B), jnp.asarray(0.9), jnp.int32(23), order)
+                    jnp.asarray(sched.B), jnp.asarray(0.9), jnp.int32(steps), order)
             ours = np.asarray(_evolve._evolve_batch(*args, backend="numba"))
             ref = np.asarray(_evolve._evolve_batch(*args, backend="jax"))
             assert ours.dtype == np.complex128
@@ -202,13 +206,13 @@ def test_compiled_kernel_matches_the_jax_path(k):
     # (rounded) inputs, up to the rounding of the output
     r32 = [np.asarray(x, np.float32) for x in (E, sched.s, sched.A, sched.B, 0.9)]
     ours = np.asarray(_evolve._evolve_batch(*map(jnp.asarray, r32[:1]), jnp.asarray(active),
-                                            *map(jnp.asarray, r32[1:]), jnp.int32(23), 4,
+                                            *map(jnp.asarray, r32[1:]), jnp.int32(steps), 4,
                                             backend="numba"))
     assert ours.dtype == np.complex64
     with jax.enable_x64(True):
         r64 = [jnp.asarray(x, jnp.float64) for x in r32]
         ref = np.asarray(_evolve._evolve_batch(r64[0], jnp.asarray(active), *r64[1:],
-                                               jnp.int32(23), 4, backend="jax"))
+                                               jnp.int32(steps), 4, backend="jax"))
     np.testing.assert_allclose(ours, ref, atol=2e-7)
 
 
