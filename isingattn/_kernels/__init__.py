@@ -5,7 +5,7 @@
   per process, and the backend policy;
 * :mod:`.union_find`: connected components for the cluster samplers
   (:mod:`isingattn.samplers._clusters`);
-* :mod:`.transfer`: the forward pass of banded-chain marginals for ``method='transfer'``
+* :mod:`.transfer`: banded-chain marginals and their gradient (VJP) for ``method='transfer'``
   attention (:mod:`isingattn.attention._banded`).
 * :mod:`.anneal`: the state-vector anneal of the diabatic simulator
   (:mod:`isingattn.quantum`, ``DiabaticAnnealingSampler``).

@@ -132,20 +132,20 @@ def metadata(frame):
     return True
 
 @numba.njit(inline="always")
-def frame_ok(frame, nargs):
+def frame_ok(frame, nargs, nrets=1):
     return (frame[0] >= 8 * FRAME_WORDS and frame[5] >= _ARGS_SIZE and frame[7] == nargs
-            and frame[10] >= _RETS_SIZE and frame[12] == 1)
+            and frame[10] >= _RETS_SIZE and frame[12] == nrets)
 
 @numba.njit(inline="always")
-def prologue(frame_ptr, nargs, error_args):
+def prologue(frame_ptr, nargs, error_args, nrets=1):
     """What every handler does first: ``(frame, done, answer)``, ``frame`` the call frame's
     first ``FRAME_WORDS`` words. ``done``: the handler returns ``answer`` at once, null after
     answering XLA's metadata query, or the API's error (:func:`fail` with ``error_args``) for a
-    frame not of the layout read here with ``nargs`` arguments and one result."""
+    frame not of the layout read here with ``nargs`` arguments and ``nrets`` results."""
     frame = carray(frame_ptr, (FRAME_WORDS,), dtype=np.int64)
     if metadata(frame):
         return frame, True, ptr(0)
-    if not frame_ok(frame, nargs):
+    if not frame_ok(frame, nargs, nrets):
         return frame, True, fail(frame, error_args)
     return frame, False, ptr(0)
 
@@ -158,6 +158,11 @@ def arguments(frame, nargs):
 def result(frame):
     """The address of the call's one result buffer (XLA_FFI_Buffer)."""
     return words(frame[14], 1)[0]
+
+@numba.njit(inline="always")
+def results(frame, nrets):
+    """The addresses of the call's ``nrets`` result buffers (XLA_FFI_Buffer)."""
+    return words(frame[14], nrets)
 
 @numba.njit(inline="always")
 def buffer(address, dtype, min_rank):

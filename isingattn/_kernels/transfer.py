@@ -18,8 +18,11 @@ before it returns), where XLA's CPU runtime runs a recursion on one thread and t
 forward pass of ``bench_attention.py``'s T = 512 workload) are in ``docs/guide/attention.md``
 and ``docs/guide/transfer.md``.
 
-Only the forward pass is here; the gradient stays the JAX one (its ``custom_vjp`` needs only the
-fields and couplings); :func:`.ffi.resolve_backend` decides whether it runs. Every function is
+The gradient is here too (:func:`transfer_vjp`): the hand-written VJP of
+:func:`~isingattn.attention._banded._vjp_tile` (messages carried with their derivative along the
+upstream gradient, the windows of a block recomputed for the couplings' pair statistics) in the
+same units and threads, for the heads within the probability-space gradient's range; the others
+keep JAX's log-domain autodiff. :func:`.ffi.resolve_backend` decides whether they run. Every function is
 cached on disk by numba; the handler XLA calls is a few instructions compiled per process that
 pass this process's addresses to the cached :func:`_handle`.
 """
@@ -534,3 +537,430 @@ def _batchable(op):
         return out.reshape(a.shape), True
 
     return f
+
+
+# ----------------------------------------------------------------------------- the VJP
+# The vector-Jacobian product of the marginals (``_banded._vjp_tile``, the same algorithm and
+# numbers to float rounding): forward messages in the standard state order (bit 0 = the oldest
+# key), backward ones bit-reversed, each carried with its derivative along the upstream ``g``;
+# see ``_banded`` for the derivation.
+
+VJP_TARGET = "isingattn_transfer_vjp"
+#: Queries of one head in a unit of the VJP (as the forward pass: 32 measured no faster).
+VJP_LANES = LANES
+
+@numba.njit(**_OPT)
+def _vjp_forward_step(al, Ad, nal, nAd, C, e0, e1, eg):
+    # (alpha, A) after key k from before it (standard order): pair sums over the oldest key;
+    # A's s = 1 half gains g f1 times alpha's coupled pair sum
+    H = al.shape[0] // 2
+    L = al.shape[1]
+    for j in range(H):
+        c0 = C[2 * j]
+        c1 = C[2 * j + 1]
+        a0, a1, d0, d1 = al[2 * j], al[2 * j + 1], Ad[2 * j], Ad[2 * j + 1]
+        n0, n1, m0, m1 = nal[j], nal[H + j], nAd[j], nAd[H + j]
+        for q in range(L):
+            s1 = c0 * a0[q] + c1 * a1[q]
+            n0[q] = (a0[q] + a1[q]) * e0[q]
+            n1[q] = s1 * e1[q]
+            m0[q] = (d0[q] + d1[q]) * e0[q]
+            m1[q] = (c0 * d0[q] + c1 * d1[q]) * e1[q] + s1 * eg[q]
+
+@numba.njit(**_OPT)
+def _vjp_back_step(be, Bd, nbe, nBd, h, dh, C_lo, C_hi, e0, e1, eg):
+    # (beta, B) before key k from after it, on messages whose state index is bit-reversed
+    # (bit 0 = the newest key, as _backward_step: in the standard order the interleaved writes
+    # make the step about four times slower): with h = f1 beta(newest = 1) and
+    # dh = f1 B(newest = 1) + g f1 beta(newest = 1), indexed by the other keys (bit-reversed),
+    # beta' = f0 beta(newest = 0) + C h and B' = f0 B(newest = 0) + C dh; h and dh are kept
+    # for the pair statistics
+    H = be.shape[0] // 2
+    L = be.shape[1]
+    for j in range(H):
+        b0, b1, d0, d1 = be[2 * j], be[2 * j + 1], Bd[2 * j], Bd[2 * j + 1]
+        hj, dj = h[j], dh[j]
+        n0, n1, m0, m1 = nbe[j], nbe[H + j], nBd[j], nBd[H + j]
+        cl = C_lo[j]
+        ch = C_hi[j]
+        for q in range(L):
+            x = e1[q] * b1[q]
+            y = e1[q] * d1[q] + eg[q] * b1[q]
+            hj[q] = x
+            dj[q] = y
+            p = e0[q] * b0[q]
+            dp = e0[q] * d0[q]
+            n0[q] = p + cl * x
+            n1[q] = p + ch * x
+            m0[q] = dp + cl * y
+            m1[q] = dp + ch * y
+
+@numba.njit(**_OPT)
+def _inverse_sum(x, out):
+    L = x.shape[1]
+    out[:] = 0
+    for w in range(x.shape[0]):
+        for q in range(L):
+            out[q] += x[w, q]
+    for q in range(L):
+        out[q] = 1 / out[q]
+
+@numba.njit(**_OPT)
+def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
+    """The VJP of :func:`marginals_units` with upstream ``g`` ``(Q, N, S)`` (``max |g| <= 1``
+    per head, as the caller scales it) for the units ``u0 .. u1 - 1`` (as there): ``da``
+    ``(Q, N, S)`` and, when ``pairs``, the units' shares of the couplings' gradient ``dcp``
+    ``(N, G, r)`` (``G`` units per head; summed by the caller). Heads with ``skip[n]`` (beyond
+    the probability-space gradient's range) get zeros; the caller takes them elsewhere."""
+    Q, S = a.shape[0], a.shape[2]
+    r = c.shape[1]
+    R = 1 << r
+    H = R // 2
+    K = min(8, r)
+    nb = (S + K - 1) // K
+    L = VJP_LANES
+    G = (Q + L - 1) // L
+    dt = a.dtype
+    F0 = np.empty((nb * K, L), dt)
+    F1 = np.empty((nb * K, L), dt)
+    FG = np.empty((nb * K, L), dt)
+    endA = np.empty((nb, R, L), dt)
+    endD = np.empty((nb, R, L), dt)
+    endT = np.empty((nb, L), dt)
+    msg = np.empty((4, R, L), dt)  # two (alpha, A) or (beta, B) buffers
+    befA = np.empty((K, R, L), dt)
+    befD = np.empty((K, R, L), dt)
+    hh = np.empty((H, L), dt)
+    dh = np.empty((H, L), dt)
+    accq = np.empty((R, L), dt)
+    acc = np.empty(R, dt)
+    C = np.empty(R, dt)
+    e0 = np.empty(L, dt)
+    e1 = np.empty(L, dt)
+    eg = np.empty(L, dt)
+    s = np.empty(L, dt)
+    inv = np.empty(L, dt)
+    rel = np.empty(L, dt)
+    tq = np.empty(L, dt)
+    rev = np.empty(R, np.int64)  # bit reversal of r bits (the backward messages' order)
+    rev1 = np.empty(H, np.int64)  # and of r - 1 bits (h, dh: indexed by the other keys)
+    for w in range(R):
+        x = 0
+        for i in range(r):
+            x |= ((w >> i) & 1) << (r - 1 - i)
+        rev[w] = x
+    for w in range(H):
+        x = 0
+        for i in range(r - 1):
+            x |= ((w >> i) & 1) << (r - 2 - i)
+        rev1[w] = x
+    C_lo = np.empty(H, dt)
+    C_hi = np.empty(H, dt)
+    acP = np.empty((K + 1, L), dt)
+    acD = np.empty((K + 1, L), dt)
+    for u in range(u0, u1):
+        n = u // G
+        grp = u % G
+        q0 = grp * L
+        nq = min(L, Q - q0)
+        if skip[n]:
+            for q in range(nq):
+                for k in range(S):
+                    da[q0 + q, n, k] = 0
+            for d in range(r):
+                dcp[n, grp, d] = 0
+            continue
+        cmax = 0.0
+        cmin = 0.0
+        for d in range(r):
+            cmax += max(c[n, d], 0.0)
+            cmin += min(c[n, d], 0.0)
+        for w in range(R):
+            t = 0.0
+            for d in range(r):
+                t += c[n, d] * ((w >> (r - 1 - d)) & 1)
+            C[w] = math.exp(t - cmax)
+        for j in range(H):
+            C_lo[j] = C[rev[j]]
+            C_hi[j] = C[rev[j + H]]
+        ecm = math.exp(cmin - cmax)
+        for k in range(nb * K):  # per-step factors, scaled to bounded steps (as _factors)
+            for q in range(L):
+                live = k < S and q < nq
+                ap = a[q0 + q, n, k] + cmax if live else -np.inf
+                e = math.exp(-abs(ap))
+                f1 = e if ap <= 0 else 1.0
+                f0 = 1.0 if ap <= 0 else e
+                sc = 1.0 / math.sqrt((f0 + f1 * ecm) * (f0 + f1))
+                F0[k, q] = f0 * sc
+                F1[k, q] = f1 * sc
+                FG[k, q] = (g[q0 + q, n, k] if live else 0.0) * f1 * sc
+        # forward: (alpha, A) at every block end and the end's normalization
+        cur = 0
+        msg[0] = 0
+        msg[0, 0] = 1
+        msg[1] = 0
+        s[:] = 1
+        for b in range(nb):
+            for i in range(K):
+                k = b * K + i
+                if i == 0:
+                    for q in range(L):
+                        e0[q] = F0[k, q] * s[q]
+                        e1[q] = F1[k, q] * s[q]
+                        eg[q] = FG[k, q] * s[q]
+                    _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                      C, e0, e1, eg)
+                else:
+                    _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                      C, F0[k], F1[k], FG[k])
+                cur = 2 - cur
+            endA[b] = msg[cur]
+            endD[b] = msg[cur + 1]
+            _inverse_sum(msg[cur], s)
+            endT[b] = s
+        # backward
+        cur = 0
+        msg[0] = 1
+        msg[1] = 0
+        s[:] = 1
+        acc[:] = 0
+        for b in range(nb - 1, -1, -1):
+            k0 = b * K
+            if not pairs:
+                # the block's marginals and their derivative from the messages at its end
+                # P = alpha beta and its derivative dP per window, summed over the windows
+                # with each key of the block set; the end is scaled by its normalization t
+                # before the products (unscaled, a product can leave the exponent range)
+                acP[:, :] = 0
+                acD[:, :] = 0
+                tb = endT[b]
+                for w in range(R):
+                    aw, dw = endA[b, w], endD[b, w]
+                    bw, Bw = msg[cur, rev[w]], msg[cur + 1, rev[w]]
+                    for q in range(L):
+                        x = aw[q] * tb[q]
+                        y = dw[q] * tb[q]
+                        tq[q] = x * bw[q]
+                        e0[q] = y * bw[q] + x * Bw[q]
+                    zP, zD = acP[K], acD[K]
+                    for q in range(L):
+                        zP[q] += tq[q]
+                        zD[q] += e0[q]
+                    for i in range(K):
+                        if (w >> (r - K + i)) & 1:
+                            xP, xD = acP[i], acD[i]
+                            for q in range(L):
+                                xP[q] += tq[q]
+                                xD[q] += e0[q]
+                for i in range(K):
+                    k = k0 + i
+                    if k < S:
+                        for q in range(nq):
+                            iv = 1 / acP[K, q]
+                            m = acP[i, q] * iv
+                            da[q0 + q, n, k] = acD[i, q] * iv - m * (acD[K, q] * iv)
+                for i in range(K - 1, -1, -1):
+                    k = k0 + i
+                    if i == K - 1:
+                        for q in range(L):
+                            e0[q] = F0[k, q] * s[q]
+                            e1[q] = F1[k, q] * s[q]
+                            eg[q] = FG[k, q] * s[q]
+                        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                       hh, dh, C_lo, C_hi, e0, e1, eg)
+                    else:
+                        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                       hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k])
+                    cur = 2 - cur
+                _inverse_sum(msg[cur], s)
+                continue
+            # the windows before each key of the block, recomputed from the block's start
+            if b > 0:
+                befA[0] = endA[b - 1]
+                befD[0] = endD[b - 1]
+                for q in range(L):
+                    tq[q] = endT[b - 1, q]
+            else:
+                befA[0] = 0
+                befA[0, 0] = 1
+                befD[0] = 0
+                tq[:] = 1
+            if K > 1:
+                for q in range(L):
+                    e0[q] = F0[k0, q] * tq[q]
+                    e1[q] = F1[k0, q] * tq[q]
+                    eg[q] = FG[k0, q] * tq[q]
+                _vjp_forward_step(befA[0], befD[0], befA[1], befD[1], C, e0, e1, eg)
+            for i in range(1, K - 1):
+                _vjp_forward_step(befA[i], befD[i], befA[i + 1], befD[i + 1], C,
+                                  F0[k0 + i], F1[k0 + i], FG[k0 + i])
+            accq[:] = 0
+            for i in range(K - 1, -1, -1):
+                k = k0 + i
+                if i == K - 1:
+                    for q in range(L):
+                        e0[q] = F0[k, q] * s[q]
+                        e1[q] = F1[k, q] * s[q]
+                        eg[q] = FG[k, q] * s[q]
+                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                   hh, dh, C_lo, C_hi, e0, e1, eg)
+                else:
+                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                   hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k])
+                cur = 2 - cur
+                bA, bD = befA[i], befD[i]
+                if i == K - 1:  # the block's windows share one scale: sum_w alpha beta = Z
+                    inv[:] = 0
+                    rel[:] = 0
+                    for w in range(R):
+                        aw, dw = bA[w], bD[w]
+                        bw, Bw = msg[cur, rev[w]], msg[cur + 1, rev[w]]
+                        for q in range(L):
+                            inv[q] += aw[q] * bw[q]
+                            rel[q] += dw[q] * bw[q] + aw[q] * Bw[q]
+                    for q in range(L):
+                        inv[q] = 1 / inv[q]
+                        rel[q] *= inv[q]
+                if i == 0 and K > 1:  # the block's start was kept before its normalization
+                    for v in range(H):
+                        for q in range(L):
+                            hh[v, q] *= tq[q]
+                            dh[v, q] *= tq[q]
+                # joint of (window w before key k, s_k = 1): its covariance with G
+                e0[:] = 0
+                for w in range(R):
+                    aw, dw = bA[w], bD[w]
+                    hv, dv = hh[rev1[w >> 1]], dh[rev1[w >> 1]]
+                    cw = C[w]
+                    aq = accq[w]
+                    for q in range(L):
+                        cov = (dw[q] * hv[q] + aw[q] * (dv[q] - hv[q] * rel[q])) * inv[q]
+                        e0[q] += cov * cw
+                        aq[q] += cov
+                if k < S:
+                    for q in range(nq):
+                        da[q0 + q, n, k] = e0[q]
+            for w in range(R):
+                t = 0.0
+                for q in range(L):
+                    t += accq[w, q]
+                acc[w] += t
+            _inverse_sum(msg[cur], s)
+        if pairs:
+            for d in range(r):
+                t = 0.0
+                for w in range(R):
+                    if (w >> (r - 1 - d)) & 1:
+                        t += acc[w] * C[w]
+                dcp[n, grp, d] = t
+        else:
+            for d in range(r):
+                dcp[n, grp, d] = 0
+
+_VJP_JOB = 14
+
+@numba.njit(nogil=True, cache=True)
+def _run_vjp(job):
+    """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, g, skip, pairs, da, dcp, u0,
+    u1]."""
+    Q, N, S, r = job[1], job[2], job[3], job[4]
+    G = (Q + VJP_LANES - 1) // VJP_LANES
+    skip = carray(ptr(job[8]), (N,), dtype=np.bool_)
+    pairs = carray(ptr(job[9]), (1,), dtype=np.int32)[0] != 0
+    if job[0] == ffi.F32:
+        vjp_units(carray(ptr(job[5]), (Q, N, S), dtype=np.float32),
+                  carray(ptr(job[6]), (N, r), dtype=np.float32),
+                  carray(ptr(job[7]), (Q, N, S), dtype=np.float32),
+                  carray(ptr(job[10]), (Q, N, S), dtype=np.float32),
+                  carray(ptr(job[11]), (N, G, r), dtype=np.float32),
+                  pairs, skip, job[12], job[13])
+    else:
+        vjp_units(carray(ptr(job[5]), (Q, N, S), dtype=np.float64),
+                  carray(ptr(job[6]), (N, r), dtype=np.float64),
+                  carray(ptr(job[7]), (Q, N, S), dtype=np.float64),
+                  carray(ptr(job[10]), (Q, N, S), dtype=np.float64),
+                  carray(ptr(job[11]), (N, G, r), dtype=np.float64),
+                  pairs, skip, job[12], job[13])
+
+@numba.cfunc(ffi.HANDLE_SIG, nopython=True, cache=True)
+def _vjp_handle(frame_ptr, create, join, worker, error_args, threads):
+    """The VJP custom call: five arguments (``a``, ``c``, ``g``, the heads to skip, the pairs
+    flag), two results (``da``, the units' coupling gradients); threads as in :func:`_handle`."""
+    frame, done, answer = prologue(frame_ptr, 5, error_args, 2)
+    if done:
+        return answer
+    args = arguments(frame, 5)
+    dt = dtype_of(args[0])
+    if dt != ffi.F32 and dt != ffi.F64:
+        return fail(frame, error_args)
+    a, rank, a_dims = buffer(args[0], dt, 3)
+    c, c_rank, c_dims = buffer(args[1], dt, 2)
+    g, g_rank, _ = buffer(args[2], dt, 3)
+    skip, s_rank, _ = buffer(args[3], ffi.PRED, 1)
+    pairs, p_rank, _ = buffer(args[4], ffi.S32, 1)
+    outs = ffi.results(frame, 2)
+    da, da_rank, _ = buffer(outs[0], dt, 3)
+    dcp, dcp_rank, _ = buffer(outs[1], dt, 3)
+    if (rank != 3 or c_rank != 2 or g_rank != 3 or s_rank != 1 or p_rank != 1 or da_rank != 3
+            or dcp_rank != 3):
+        return fail(frame, error_args)
+    dims = words(a_dims, 3)
+    cd = words(c_dims, 2)
+    Q, N, S = dims[0], dims[1], dims[2]
+    if cd[0] != N or cd[1] < 1:
+        return fail(frame, error_args)
+    units = N * ((Q + VJP_LANES - 1) // VJP_LANES)
+    T = min(threads, units)
+    if Q * N * S << cd[1] < THREADED_WORK // 4:
+        T = 1
+    jobs = np.empty((max(T, 1), _VJP_JOB), np.int64)
+    for t in range(T):
+        jobs[t, 0] = dt
+        jobs[t, 1] = Q
+        jobs[t, 2] = N
+        jobs[t, 3] = S
+        jobs[t, 4] = cd[1]
+        jobs[t, 5] = a
+        jobs[t, 6] = c
+        jobs[t, 7] = g
+        jobs[t, 8] = skip
+        jobs[t, 9] = pairs
+        jobs[t, 10] = da
+        jobs[t, 11] = dcp
+        jobs[t, 12] = units * t // T
+        jobs[t, 13] = units * (t + 1) // T
+    ffi.share_out(_run_vjp, jobs, T, create, join, worker)
+    return ptr(0)
+
+@numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
+def _vjp_worker(job):
+    _run_vjp(carray(job, (_VJP_JOB,), dtype=np.int64))
+    return ptr(0)
+
+
+def _compile_vjp_handler():
+    return ffi.threaded_handler(_vjp_handle, _vjp_worker, MAX_THREADS)
+
+
+def transfer_vjp(a, c, g, skip, pairs):
+    """The VJP of :func:`transfer_marginals` on the heads within the probability-space
+    gradient's range: ``a`` ``(Q, N, S)`` natural fields, ``c`` ``(N, r)``, ``g`` ``(Q, N, S)``
+    the upstream gradient scaled to ``max |g| <= 1`` per head, ``skip`` ``(N,)`` bool (heads
+    left to the caller: zeros there), ``pairs``: whether the couplings get a gradient. Returns
+    ``(da (Q, N, S), dc (N, r))`` (``dc`` zeros without ``pairs``), the numbers of
+    ``_banded._vjp_tile`` to float rounding."""
+    ffi.register(VJP_TARGET, _compile_vjp_handler)
+    a = jnp.asarray(a)
+    Q, N, S = a.shape
+    r = c.shape[1]
+    G = -(-Q // VJP_LANES)
+    if Q * N * S == 0:
+        return jnp.zeros_like(a), jnp.zeros((N, r), a.dtype)
+    da, dcp = jax.ffi.ffi_call(
+        VJP_TARGET, (_vma.result_like(a.shape, a.dtype, a, c, g),
+                     _vma.result_like((N, G, r), a.dtype, a, c, g)),
+        vmap_method="sequential")(a, jnp.asarray(c, a.dtype), jnp.asarray(g, a.dtype),
+                                  jnp.asarray(skip, bool),
+                                  jnp.full((1,), int(bool(pairs)), jnp.int32))
+    return da, jnp.sum(dcp, axis=1)

@@ -60,10 +60,12 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
 * **Causal packing** (:func:`transfer_inference`): under a causal mask rows ``t`` and
   ``T - 1 - t`` share one chain.
-* **A compiled forward pass on the CPU** (:mod:`isingattn._kernels.transfer`,
-  ``backend="auto"`` of :func:`banded_chain_marginals`): the same recursion in numba, one head
+* **A compiled forward pass and gradient on the CPU** (:mod:`isingattn._kernels.transfer`,
+  ``backend="auto"`` of :func:`banded_chain_marginals`): the same recursions in numba, one head
   and 64 queries at a time with their messages in the core's cache (XLA streams every step's
-  messages through memory), on threads of its own. The gradient is this module's everywhere.
+  messages through memory), on threads of its own; the gradient of the heads beyond
+  :func:`_grad_limit` stays JAX's log-domain autodiff (:func:`_compiled_bwd`), and sharded
+  inputs under plain ``jit`` take this module's VJP on each device (:func:`_partitioned_bwd`).
 
 Measured timings and the variants tried and dropped are in ``docs/guide/transfer.md``
 (Implementation notes) and ``docs/guide/attention.md``.
@@ -725,7 +727,33 @@ def _native_bwd(r, coupling_grad, res, g):
     if a.ndim == 3 and jax.device_count() > 1 and not _vma._manual_axes():
         # under jit with sharded inputs: each device differentiates its own chains
         return _partitioned_bwd(r, coupling_grad)(a, c, g)
-    return _tiled_bwd(r, coupling_grad, a, c, g)
+    return _compiled_bwd(r, coupling_grad, a, c, g)
+
+
+def _compiled_bwd(r, coupling_grad, a, c, g):
+    """:func:`_core_bwd` of chains ``a`` ``(Q, N, S)`` by the compiled VJP
+    (:func:`isingattn._kernels.transfer.transfer_vjp`) on the heads within :func:`_grad_limit`;
+    the others (only when there are some) by :func:`_tiled_bwd`, selected per head."""
+    strong = _strong_heads(c, a.dtype)
+    edge = jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _grad_limit(a.dtype)) & ~strong
+    other = strong | edge
+    # the VJP is linear in g: run it on g / max|g| per head (as _core_bwd)
+    scale = jax.lax.stop_gradient(jnp.max(jnp.abs(g), axis=(0, 2), keepdims=True))
+    scale = jnp.where(scale > 0, scale, 1.0).astype(g.dtype)
+    da, dc = transfer.transfer_vjp(a, jax.lax.stop_gradient(c), g / scale, other,
+                                   coupling_grad)
+    da, dc = da * scale, dc * scale.reshape(-1, 1)
+    if coupling_grad:
+        dc = _vma.sum_like(dc, c)
+    else:
+        dc = jnp.zeros_like(c)
+
+    def mixed(x):
+        da_o, dc_o = _tiled_bwd(r, coupling_grad, a, c, g)
+        return (jnp.where(other[None, :, None], da_o, x[0]),
+                jnp.where(other[:, None], dc_o, x[1]))
+
+    return jax.lax.cond(jnp.any(other), mixed, lambda x: x, (da, dc))
 
 
 def _tiled_bwd(r, coupling_grad, a, c, g):

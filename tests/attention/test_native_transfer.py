@@ -1,8 +1,10 @@
 """The compiled forward pass of ``method='transfer'`` (``isingattn._kernels.transfer``) against
 the JAX kernel it replaces on the CPU: marginals to float precision for every range ``r`` that
 changes the block layout, held keys, both dtypes, heads beyond the probability-space range (the
-log-domain path, per head, in both), the threaded path, ``jax.vmap``, the gradient (JAX's in
-both), and its errors. ``tests/attention/test_banded.py`` compares the default path (this one
+log-domain path, per head, in both), the threaded path, ``jax.vmap``, and its errors; and the
+compiled gradient (``transfer_vjp``) against the JAX one it replaces, with and without the
+couplings' gradient, for heads within the probability-space gradient's range (the others are
+handed to the JAX VJP: compared bit for bit). ``tests/attention/test_banded.py`` compares the default path (this one
 on the CPU) with exact enumeration. No statistical assertions."""
 
 import jax
@@ -11,7 +13,13 @@ import numpy as np
 import pytest
 
 from isingattn._kernels import ffi, transfer
-from isingattn.attention._banded import _fast_limit, banded_chain_marginals
+from isingattn.attention._banded import (
+    _compiled_bwd,
+    _fast_limit,
+    _grad_limit,
+    _tiled_bwd,
+    banded_chain_marginals,
+)
 
 pytestmark = pytest.mark.skipif(not ffi.available(),
                                 reason="numba not installed or JAX not on the CPU")
@@ -102,6 +110,66 @@ def test_gradient_is_the_jax_one(coupling_grad):
     np.testing.assert_allclose(np.asarray(gc), np.asarray(rc), atol=1e-4)
 
 
+def _vjps(a, c, g, pairs):
+    r = c.shape[1]
+    f = jax.jit(lambda a, c, g, which: which(r, pairs, a, c, g), static_argnums=3)
+    new, ref = f(a, c, g, _compiled_bwd), f(a, c, g, _tiled_bwd)
+    return [np.asarray(x) for x in new], [np.asarray(x) for x in ref]
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+@pytest.mark.parametrize("Q,N,S,r", [(5, 2, 7, 1), (9, 2, 11, 2), (70, 3, 20, 3),
+                                     (130, 2, 33, 4), (10, 2, 40, 8), (10, 1, 50, 9)])
+def test_compiled_vjp_matches_the_jax_vjp(Q, N, S, r, pairs):
+    # every block layout (r < 8: blocks of r keys; r >= 8: of 8), partial groups of queries
+    # (Q not a multiple of the kernel's 64), held keys and an upstream g of any scale
+    a, c = _chains(Q, N, S, r, seed=Q + S + r)
+    g = 3.0 * jax.random.normal(jax.random.key(r), a.shape)
+    (da, dc), (ra, rc) = _vjps(a, c, g, pairs)
+    # float32: the two sum the same terms in another order (relative 1e-6 of the largest)
+    np.testing.assert_allclose(da, ra, atol=2e-5 * np.abs(ra).max())
+    np.testing.assert_allclose(dc, rc, atol=2e-5 * max(np.abs(rc).max(), 1.0))
+    if not pairs:
+        assert np.all(dc == 0)
+
+
+def test_compiled_vjp_float64():
+    with jax.enable_x64(True):
+        a, c = _chains(40, 2, 30, 6, seed=8, dtype=jnp.float64)
+        g = jax.random.normal(jax.random.key(9), a.shape, jnp.float64)
+        for pairs in (True, False):
+            (da, dc), (ra, rc) = _vjps(a, c, g, pairs)
+            assert da.dtype == np.float64
+            np.testing.assert_allclose(da, ra, atol=1e-12)
+            np.testing.assert_allclose(dc, rc, atol=1e-11)
+
+
+def test_compiled_vjp_hands_other_heads_to_the_jax_one():
+    # one head within the gradient's range, one between it and the fast limit (probability
+    # space forward, log-domain gradient), one beyond the fast limit (log domain throughout);
+    # above the kernel's threading threshold
+    Q, N, S, r = 256, 3, 64, 8
+    assert Q * N * S << r >= transfer.THREADED_WORK // 4
+    a, c = _chains(Q, N, S, r, seed=10, field_scale=5.0)
+    lim = _grad_limit(jnp.float32)
+    c = c / jnp.sum(jnp.abs(c), axis=1, keepdims=True) * jnp.array(
+        [[1.0], [0.5 * (lim + _fast_limit(jnp.float32))], [3 * _fast_limit(jnp.float32)]])
+    g = jax.random.normal(jax.random.key(11), a.shape)
+    (da, dc), (ra, rc) = _vjps(a, c, g, True)
+    np.testing.assert_array_equal(da[:, 1:], ra[:, 1:])
+    np.testing.assert_array_equal(dc[1:], rc[1:])
+    # the weak head against the float64 VJP: the couplings' gradient sums 16384 (query, key)
+    # terms of both signs in float32, so both float32 paths are off by ~1e-5 of its largest
+    # entry (this one by 2.5e-5, the JAX one by 8e-6, in other orders of summation)
+    with jax.enable_x64(True):
+        x64 = [jnp.asarray(np.asarray(x)[:, :1] if x.ndim == 3 else np.asarray(x)[:1],
+                           jnp.float64) for x in (a, c, g)]
+        fa, fc = (np.asarray(x) for x in jax.jit(
+            lambda a, c, g: _tiled_bwd(r, True, a, c, g))(*x64))
+    np.testing.assert_allclose(da[:, :1], fa, atol=1e-4 * np.abs(fa).max())
+    np.testing.assert_allclose(dc[:1], fc, atol=1e-4 * np.abs(fc).max())
+
+
 def test_errors():
     a, c = _chains(4, 2, 6, 3, seed=7)
     with pytest.raises(ValueError, match="backend must be one of 'auto', 'numba', 'jax'"):
@@ -119,8 +187,19 @@ def test_errors():
         jax.block_until_ready(jax.jit(call)(jnp.zeros((4, 2, 6), jnp.int32),
                                             jnp.zeros((2, 3), jnp.int32),
                                             jnp.zeros((1,), jnp.int32)))
+    # and so does the VJP's (float16 fields)
+    transfer.transfer_vjp(a, c, a, jnp.zeros(2, bool), True)  # registers it
+    call = jax.ffi.ffi_call(transfer.VJP_TARGET, (jax.ShapeDtypeStruct((4, 2, 6), jnp.float16),
+                                                  jax.ShapeDtypeStruct((2, 1, 3), jnp.float16)))
+    with pytest.raises(Exception, match="do not have the layout this isingattn version reads"):
+        x = jnp.zeros((4, 2, 6), jnp.float16)
+        jax.block_until_ready(jax.jit(call)(x, jnp.zeros((2, 3), jnp.float16), x,
+                                            jnp.zeros(2, bool), jnp.ones(1, jnp.int32)))
 
 
 def test_empty():
     assert transfer.transfer_marginals(jnp.zeros((0, 2, 5)), jnp.zeros((2, 3)), 20.0).shape \
         == (0, 2, 5)
+    da, dc = transfer.transfer_vjp(jnp.zeros((0, 2, 5)), jnp.zeros((2, 3)),
+                                   jnp.zeros((0, 2, 5)), jnp.zeros(2, bool), True)
+    assert da.shape == (0, 2, 5) and dc.shape == (2, 3)
