@@ -255,22 +255,8 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     T = min(threads, M)
     if M * size * max(k, 1) * max(num_steps, 1) * (order - 1) < THREADED_WORK:
         T = 1
-    jobs = np.empty((max(T, 1), _JOB), np.int64)
-    for t in range(T):
-        jobs[t, 0] = dt
-        jobs[t, 1] = M
-        jobs[t, 2] = size
-        jobs[t, 3] = k
-        jobs[t, 4] = tdims[1]
-        jobs[t, 5] = energy
-        jobs[t, 6] = active
-        jobs[t, 7] = tables
-        jobs[t, 8] = t_a
-        jobs[t, 9] = ints
-        jobs[t, 10] = out
-        jobs[t, 11] = M * t // T
-        jobs[t, 12] = M * (t + 1) // T
-    ffi.share_out(_run, jobs, T, create, join, worker)
+    head = np.array([dt, M, size, k, tdims[1], energy, active, tables, t_a, ints, out], np.int64)
+    ffi.share_units(_run, head, M, T, create, join, worker)
     return ptr(0)
 
 @numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)

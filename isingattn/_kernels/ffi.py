@@ -242,6 +242,20 @@ def share_out(run, jobs, T, create, join, worker):
         else:
             run(jobs[t])
 
+@numba.njit(inline="always")
+def share_units(run, head, units, T, create, join, worker):
+    """:func:`share_out` of ``units`` units of work among ``T`` threads: row ``t`` of the job
+    table is ``head`` (int64 words: the dtype, shapes and buffer addresses every share reads)
+    followed by its units ``[units t / T, units (t + 1) / T)``."""
+    n = head.shape[0]
+    jobs = np.empty((max(T, 1), n + 2), np.int64)
+    for t in range(T):
+        for i in range(n):
+            jobs[t, i] = head[i]
+        jobs[t, n] = units * t // T
+        jobs[t, n + 1] = units * (t + 1) // T
+    share_out(run, jobs, T, create, join, worker)
+
 #: Signature of a threaded kernel's cached handle: ``(frame, pthread_create, pthread_join,
 #: worker, error_args, threads) -> void*``.
 HANDLE_SIG = types.voidptr(types.voidptr, *[types.int64] * 5)

@@ -266,6 +266,45 @@ def _log_unit(a, out, n, q0, nq, cmax, lC, lC_lo, lC_hi, rev, r, K, nb,
             cur = 1 - cur
 
 @numba.njit(**_OPT)
+def _head_table(c, n, rev, lC, C, C_lo, C_hi):
+    """Head ``n``'s coupling table (as ``_banded._factors``): ``lC[w]`` and ``C[w] = exp(lC[w])``
+    for a new key 1 after window ``w``, shifted by ``cmax``, and the halves of the bit-reversed
+    table; returns ``(cmax, cmin)``, the sums of the positive and the negative couplings."""
+    r = c.shape[1]
+    R = 1 << r
+    cmax = 0.0
+    cmin = 0.0
+    for d in range(r):
+        cmax += max(c[n, d], 0.0)
+        cmin += min(c[n, d], 0.0)
+    for w in range(R):
+        t = 0.0
+        for d in range(r):
+            t += c[n, d] * ((w >> (r - 1 - d)) & 1)
+        lC[w] = t - cmax
+        C[w] = math.exp(t - cmax)
+    for w in range(R // 2):
+        C_lo[w] = C[rev[w]]
+        C_hi[w] = C[rev[w + R // 2]]
+    return cmax, cmin
+
+@numba.njit(**_OPT)
+def _step_factors(a, n, q0, nq, cmax, ecm, F0, F1):
+    """The per-step factors of ``s = 0`` and ``s = 1`` of head ``n``'s queries ``q0 ..
+    q0 + nq - 1`` (the rest of the unit's lanes and the keys past ``S`` held at 0), scaled to
+    bounded steps (as ``_banded._factors``)."""
+    S = a.shape[2]
+    for k in range(F0.shape[0]):
+        for q in range(F0.shape[1]):
+            ap = a[q0 + q, n, k] + cmax if (k < S and q < nq) else -np.inf
+            e = math.exp(-abs(ap))  # exp(min(ap, 0)) or exp(-max(ap, 0)): one exp
+            f1 = e if ap <= 0 else 1.0
+            f0 = 1.0 if ap <= 0 else e
+            g = 1.0 / math.sqrt((f0 + f1 * ecm) * (f0 + f1))
+            F0[k, q] = f0 * g
+            F1[k, q] = f1 * g
+
+@numba.njit(**_OPT)
 def marginals_units(a, c, out, fast_limit, u0, u1):
     """Marginals ``out`` ``(Q, N, S)`` of the chains with fields ``a`` ``(Q, N, S)``
     (``-inf`` = held at 0) and couplings ``c`` ``(N, r)``, for the units ``u0 .. u1 - 1``
@@ -309,20 +348,8 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
         nq = min(L, Q - q0)
         if n != head:  # the head's coupling table and scale (as _banded._factors)
             head = n
-            cmax = 0.0
-            cmin = 0.0
-            for d in range(r):
-                cmax += max(c[n, d], 0.0)
-                cmin += min(c[n, d], 0.0)
-            for w in range(R):
-                t = 0.0
-                for d in range(r):
-                    t += c[n, d] * ((w >> (r - 1 - d)) & 1)
-                lC[w] = t - cmax
-                C[w] = math.exp(t - cmax)
-            for w in range(R // 2):  # the halves of the bit-reversed table
-                C_lo[w] = C[rev[w]]
-                C_hi[w] = C[rev[w + R // 2]]
+            cmax, cmin = _head_table(c, n, rev, lC, C, C_lo, C_hi)
+            for w in range(R // 2):  # the halves of the bit-reversed log table
                 lC_lo[w] = lC[rev[w]]
                 lC_hi[w] = lC[rev[w + R // 2]]
             strong = cmax - cmin > fast_limit
@@ -331,15 +358,7 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
             _log_unit(a, out, n, q0, nq, cmax, lC, lC_lo, lC_hi, rev, r, K, nb,
                       F0, F1, ends, buf, acc, mx, tmp)
             continue
-        for k in range(nb * K):  # per-step factors, scaled to bounded steps
-            for q in range(L):
-                ap = a[q0 + q, n, k] + cmax if (k < S and q < nq) else -np.inf
-                e = math.exp(-abs(ap))  # exp(min(ap, 0)) or exp(-max(ap, 0)): one exp
-                f1 = e if ap <= 0 else 1.0
-                f0 = 1.0 if ap <= 0 else e
-                g = 1.0 / math.sqrt((f0 + f1 * ecm) * (f0 + f1))
-                F0[k, q] = f0 * g
-                F1[k, q] = f1 * g
+        _step_factors(a, n, q0, nq, cmax, ecm, F0, F1)
         cur = 0
         buf[0, :, :] = 0
         buf[0, 0, :] = 1  # before the first key: every window entry 0
@@ -412,20 +431,8 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK:
         T = 1
-    jobs = np.empty((max(T, 1), 11), np.int64)
-    for t in range(T):
-        jobs[t, 0] = dt
-        jobs[t, 1] = Q
-        jobs[t, 2] = N
-        jobs[t, 3] = S
-        jobs[t, 4] = cd[1]
-        jobs[t, 5] = a
-        jobs[t, 6] = c
-        jobs[t, 7] = out
-        jobs[t, 8] = limit
-        jobs[t, 9] = units * t // T
-        jobs[t, 10] = units * (t + 1) // T
-    ffi.share_out(_run, jobs, T, create, join, worker)
+    head = np.array([dt, Q, N, S, cd[1], a, c, out, limit], np.int64)
+    ffi.share_units(_run, head, units, T, create, join, worker)
     return ptr(0)
 
 @numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
@@ -605,6 +612,28 @@ def _inverse_sum(x, out):
     for q in range(L):
         out[q] = 1 / out[q]
 
+@numba.njit(inline="always", **_OPT)
+def _scaled(f0, f1, fg, s, e0, e1, eg):
+    """A key's factors times the normalization ``s`` (per query) into ``e0, e1, eg``."""
+    for q in range(f0.shape[0]):
+        e0[q] = f0[q] * s[q]
+        e1[q] = f1[q] * s[q]
+        eg[q] = fg[q] * s[q]
+
+@numba.njit(inline="always", **_OPT)
+def _back_key(msg, cur, hh, dh, C_lo, C_hi, f0, f1, fg, s, scale, e0, e1, eg):
+    """One backward step of ``(beta, B)`` (buffers ``cur``, ``cur + 1`` of ``msg`` into the
+    other two) through a key with factors ``f0, f1, fg``, times ``s`` when ``scale`` (the
+    block's last key carries the later block's normalization). Returns the new ``cur``."""
+    if scale:
+        _scaled(f0, f1, fg, s, e0, e1, eg)
+        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], hh, dh, C_lo, C_hi,
+                       e0, e1, eg)
+    else:
+        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], hh, dh, C_lo, C_hi,
+                       f0, f1, fg)
+    return 2 - cur
+
 @numba.njit(**_OPT)
 def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     """The VJP of :func:`marginals_units` with upstream ``g`` ``(Q, N, S)`` (``max |g| <= 1``
@@ -656,6 +685,7 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
         rev1[w] = x
     C_lo = np.empty(H, dt)
     C_hi = np.empty(H, dt)
+    lC = np.empty(R, dt)
     acP = np.empty((K + 1, L), dt)
     acD = np.empty((K + 1, L), dt)
     for u in range(u0, u1):
@@ -670,31 +700,11 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
             for d in range(r):
                 dcp[n, grp, d] = 0
             continue
-        cmax = 0.0
-        cmin = 0.0
-        for d in range(r):
-            cmax += max(c[n, d], 0.0)
-            cmin += min(c[n, d], 0.0)
-        for w in range(R):
-            t = 0.0
-            for d in range(r):
-                t += c[n, d] * ((w >> (r - 1 - d)) & 1)
-            C[w] = math.exp(t - cmax)
-        for j in range(H):
-            C_lo[j] = C[rev[j]]
-            C_hi[j] = C[rev[j + H]]
-        ecm = math.exp(cmin - cmax)
-        for k in range(nb * K):  # per-step factors, scaled to bounded steps (as _factors)
+        cmax, cmin = _head_table(c, n, rev, lC, C, C_lo, C_hi)
+        _step_factors(a, n, q0, nq, cmax, math.exp(cmin - cmax), F0, F1)
+        for k in range(nb * K):
             for q in range(L):
-                live = k < S and q < nq
-                ap = a[q0 + q, n, k] + cmax if live else -np.inf
-                e = math.exp(-abs(ap))
-                f1 = e if ap <= 0 else 1.0
-                f0 = 1.0 if ap <= 0 else e
-                sc = 1.0 / math.sqrt((f0 + f1 * ecm) * (f0 + f1))
-                F0[k, q] = f0 * sc
-                F1[k, q] = f1 * sc
-                FG[k, q] = (g[q0 + q, n, k] if live else 0.0) * f1 * sc
+                FG[k, q] = (g[q0 + q, n, k] if k < S and q < nq else 0.0) * F1[k, q]
         # forward: (alpha, A) at every block end and the end's normalization
         cur = 0
         msg[0] = 0
@@ -705,10 +715,7 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
             for i in range(K):
                 k = b * K + i
                 if i == 0:
-                    for q in range(L):
-                        e0[q] = F0[k, q] * s[q]
-                        e1[q] = F1[k, q] * s[q]
-                        eg[q] = FG[k, q] * s[q]
+                    _scaled(F0[k], F1[k], FG[k], s, e0, e1, eg)
                     _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
                                       C, e0, e1, eg)
                 else:
@@ -762,17 +769,8 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                             da[q0 + q, n, k] = acD[i, q] * iv - m * (acD[K, q] * iv)
                 for i in range(K - 1, -1, -1):
                     k = k0 + i
-                    if i == K - 1:
-                        for q in range(L):
-                            e0[q] = F0[k, q] * s[q]
-                            e1[q] = F1[k, q] * s[q]
-                            eg[q] = FG[k, q] * s[q]
-                        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                       hh, dh, C_lo, C_hi, e0, e1, eg)
-                    else:
-                        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                       hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k])
-                    cur = 2 - cur
+                    cur = _back_key(msg, cur, hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k], s,
+                                    i == K - 1, e0, e1, eg)
                 _inverse_sum(msg[cur], s)
                 continue
             # the windows before each key of the block, recomputed from the block's start
@@ -787,10 +785,7 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                 befD[0] = 0
                 tq[:] = 1
             if K > 1:
-                for q in range(L):
-                    e0[q] = F0[k0, q] * tq[q]
-                    e1[q] = F1[k0, q] * tq[q]
-                    eg[q] = FG[k0, q] * tq[q]
+                _scaled(F0[k0], F1[k0], FG[k0], tq, e0, e1, eg)
                 _vjp_forward_step(befA[0], befD[0], befA[1], befD[1], C, e0, e1, eg)
             for i in range(1, K - 1):
                 _vjp_forward_step(befA[i], befD[i], befA[i + 1], befD[i + 1], C,
@@ -798,17 +793,8 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
             accq[:] = 0
             for i in range(K - 1, -1, -1):
                 k = k0 + i
-                if i == K - 1:
-                    for q in range(L):
-                        e0[q] = F0[k, q] * s[q]
-                        e1[q] = F1[k, q] * s[q]
-                        eg[q] = FG[k, q] * s[q]
-                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                   hh, dh, C_lo, C_hi, e0, e1, eg)
-                else:
-                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                   hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k])
-                cur = 2 - cur
+                cur = _back_key(msg, cur, hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k], s,
+                                i == K - 1, e0, e1, eg)
                 bA, bD = befA[i], befD[i]
                 if i == K - 1:  # the block's windows share one scale: sum_w alpha beta = Z
                     inv[:] = 0
@@ -914,23 +900,8 @@ def _vjp_handle(frame_ptr, create, join, worker, error_args, threads):
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK // 4:
         T = 1
-    jobs = np.empty((max(T, 1), _VJP_JOB), np.int64)
-    for t in range(T):
-        jobs[t, 0] = dt
-        jobs[t, 1] = Q
-        jobs[t, 2] = N
-        jobs[t, 3] = S
-        jobs[t, 4] = cd[1]
-        jobs[t, 5] = a
-        jobs[t, 6] = c
-        jobs[t, 7] = g
-        jobs[t, 8] = skip
-        jobs[t, 9] = pairs
-        jobs[t, 10] = da
-        jobs[t, 11] = dcp
-        jobs[t, 12] = units * t // T
-        jobs[t, 13] = units * (t + 1) // T
-    ffi.share_out(_run_vjp, jobs, T, create, join, worker)
+    head = np.array([dt, Q, N, S, cd[1], a, c, g, skip, pairs, da, dcp], np.int64)
+    ffi.share_units(_run_vjp, head, units, T, create, join, worker)
     return ptr(0)
 
 @numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
