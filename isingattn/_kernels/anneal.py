@@ -15,8 +15,9 @@ Why it is faster on the CPU: a model's ``2^k`` amplitudes stay in the core's cac
 anneal (XLA runs each sub-step as kernels over the whole batch, streaming it through memory);
 the rotations of two qubits are applied in one pass over the amplitudes (half the loads and
 stores of one pass per qubit); the phases use a polynomial sine and cosine that the compiler
-vectorizes (the library's ``sin``/``cos`` are scalar calls, half the time of the JAX step); and
-the models are shared out among threads of the kernel's own (:func:`.ffi.share_out`). The
+vectorizes (with the math library's scalar ``sin``/``cos`` the phases took more than half of
+the kernel's time); and the models are shared out among threads of the kernel's own
+(:func:`.ffi.share_units`). The
 arithmetic is float64 whatever the dtype of the energies (the result is rounded to the output
 dtype). Timings: ``docs/guide/diabatic.md``.
 """
