@@ -41,6 +41,10 @@ TARGET = "isingattn_anneal_state_vector"
 THREADED_WORK = 1 << 24
 _C64, _C128 = 15, 18  # XLA_FFI_DataType of complex64, complex128
 _JOB = 13  # words of one thread's job
+#: Steps up to which the sub-steps' coefficients are tabulated once per call (beyond, as long
+#: an anneal as 2000 ns may need, each model computes them as it goes: no table of gigabytes);
+#: a count below 1 (a traced count from non-finite fields) runs no step, as a loop would.
+_TABLE_STEPS = 1 << 20
 
 _OPT = {"nogil": True, "boundscheck": False, "fastmath": True, "error_model": "numpy",
         "cache": True}
@@ -87,37 +91,47 @@ def step_weights(order):
     w[1] = -(2.0 ** (1.0 / 3.0)) * w1
     return w
 
+@numba.njit(inline="always", **_OPT)
+def _substep(j, tables, num_steps, h_t, weights, cum):
+    """Sub-step ``j``'s half phase step ``pi dt B / 2`` and ``cos``, ``sin`` of its driver angle
+    ``pi dt A`` (coefficients at the sub-step's midpoint, as ``_evolve._evolve_one``)."""
+    nsub = weights.shape[0]
+    step, sub = j // nsub, j % nsub
+    s_mid = (step + cum[sub] + 0.5 * weights[sub]) / num_steps
+    dt = weights[sub] * h_t
+    A = np.interp(s_mid, tables[0], tables[1])
+    B = np.interp(s_mid, tables[0], tables[2])
+    theta = math.pi * dt * A
+    return math.pi * dt * B / 2, math.cos(theta), math.sin(theta)
+
 @numba.njit(**_OPT)
-def substeps(tables, t_a, num_steps, weights):
-    """Per sub-step ``j``: the phase coefficient ``coef[j]`` (pending half step plus this one's,
-    so the state gets ``e^{-i coef E}``), and ``cos``, ``sin`` of the driver angle; and the
-    pending half step after the last, and the sum of the angles (as ``_evolve._evolve_one``)."""
+def substeps(tables, t_a, num_steps, weights, table):
+    """``(T, coef, cs, sn, pending, cum, h_t)``: ``T`` sub-steps (none for ``num_steps < 1``,
+    as a loop of no steps), and when ``table`` per sub-step ``j`` the phase coefficient
+    ``coef[j]`` (pending half step plus this one's, so the state gets ``e^{-i coef E}``) and
+    ``cos``, ``sin`` of the driver angle (else empty: :func:`_substep` computes them as they are
+    needed); ``pending``, the half step after the last; ``cum``, ``h_t``: what
+    :func:`_substep` needs."""
     nsub = weights.shape[0]
     cum = np.zeros(nsub + 1)
     for j in range(nsub):
         cum[j + 1] = cum[j] + weights[j]
-    T = num_steps * nsub
-    coef = np.empty(T)
-    cs = np.empty(T)
-    sn = np.empty(T)
+    T = max(num_steps, 0) * nsub
+    h_t = t_a / max(num_steps, 1)
+    n = T if table else 0
+    coef = np.empty(n)
+    cs = np.empty(n)
+    sn = np.empty(n)
     pending = 0.0
-    total = 0.0
-    h_t = t_a / num_steps
-    s_tab, A_tab, B_tab = tables[0], tables[1], tables[2]
-    for j in range(T):
-        step, sub = j // nsub, j % nsub
-        s_mid = (step + cum[sub] + 0.5 * weights[sub]) / num_steps
-        dt = weights[sub] * h_t
-        A = np.interp(s_mid, s_tab, A_tab)
-        B = np.interp(s_mid, s_tab, B_tab)
-        half = math.pi * dt * B / 2
+    for j in range(n):
+        half, c, s = _substep(j, tables, num_steps, h_t, weights, cum)
         coef[j] = pending + half
-        theta = math.pi * dt * A
-        cs[j] = math.cos(theta)
-        sn[j] = math.sin(theta)
-        total += theta
+        cs[j] = c
+        sn[j] = s
         pending = half
-    return coef, cs, sn, pending, total
+    if T > 0 and not table:
+        pending = _substep(T - 1, tables, num_steps, h_t, weights, cum)[0]
+    return T, coef, cs, sn, pending, cum, h_t
 
 @numba.njit(inline="always", **_OPT)
 def _rotate_two(re, im, size, bit, c, s):
@@ -157,8 +171,9 @@ def evolve_models(energy, active, tables, t_a, num_steps, order, out, m0, m1):
     result is scattered back with every entry that has an unused qubit at 1 set to 0 (the
     projection ``_evolve._evolve_one`` makes at the end, without simulating them)."""
     k = active.shape[1]
-    coef, cs, sn, pending, _ = substeps(tables, t_a, num_steps, step_weights(order))
-    T = coef.shape[0]
+    weights = step_weights(order)
+    table = num_steps <= _TABLE_STEPS
+    T, coef, cs, sn, pending, cum, h_t = substeps(tables, t_a, num_steps, weights, table)
     size = energy.shape[1]
     re = np.empty(size)
     im = np.empty(size)
@@ -181,14 +196,19 @@ def evolve_models(energy, active, tables, t_a, num_steps, order, out, m0, m1):
             re[b] = a0
             im[b] = 0.0
             E[b] = energy[m, x]
+        last = 0.0
         for j in range(T):
-            phi = coef[j]
+            if table:
+                phi, c, s = coef[j], cs[j], sn[j]
+            else:  # a very long anneal: coefficients as they are needed, not in a table
+                half, c, s = _substep(j, tables, num_steps, h_t, weights, cum)
+                phi = last + half
+                last = half
             for b in range(n_a):
                 sa, ca = sincos(phi * E[b])
                 r, i = re[b], im[b]
                 re[b] = r * ca + i * sa
                 im[b] = i * ca - r * sa
-            c, s = cs[j], sn[j]
             q = 0
             while q + 1 < ka:
                 _rotate_two(re, im, n_a, 1 << q, c, s)
