@@ -552,9 +552,7 @@ def _batchable(op):
 # key), backward ones bit-reversed, each carried with its derivative along the upstream ``g``;
 # see ``_banded`` for the derivation.
 
-VJP_TARGET = "isingattn_transfer_vjp"
-#: Queries of one head in a unit of the VJP (as the forward pass: 32 measured no faster).
-VJP_LANES = LANES
+VJP_TARGET = "isingattn_transfer_vjp"  # in units of LANES queries too (32 measured no faster)
 
 @numba.njit(**_OPT)
 def _vjp_forward_step(al, Ad, nal, nAd, C, e0, e1, eg):
@@ -647,7 +645,7 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     H = R // 2
     K = min(8, r)
     nb = (S + K - 1) // K
-    L = VJP_LANES
+    L = LANES
     G = (Q + L - 1) // L
     dt = a.dtype
     F0 = np.empty((nb * K, L), dt)
@@ -851,7 +849,7 @@ def _run_vjp(job):
     """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, g, skip, pairs, da, dcp, u0,
     u1]."""
     Q, N, S, r = job[1], job[2], job[3], job[4]
-    G = (Q + VJP_LANES - 1) // VJP_LANES
+    G = (Q + LANES - 1) // LANES
     skip = carray(ptr(job[8]), (N,), dtype=np.bool_)
     pairs = carray(ptr(job[9]), (1,), dtype=np.int32)[0] != 0
     if job[0] == ffi.F32:
@@ -896,7 +894,7 @@ def _vjp_handle(frame_ptr, create, join, worker, error_args, threads):
     Q, N, S = dims[0], dims[1], dims[2]
     if cd[0] != N or cd[1] < 1:
         return fail(frame, error_args)
-    units = N * ((Q + VJP_LANES - 1) // VJP_LANES)
+    units = N * ((Q + LANES - 1) // LANES)
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK // 4:
         T = 1
@@ -925,7 +923,7 @@ def transfer_vjp(a, c, g, skip, pairs):
     a = jnp.asarray(a)
     Q, N, S = a.shape
     r = c.shape[1]
-    G = -(-Q // VJP_LANES)
+    G = -(-Q // LANES)
     if Q * N * S == 0:
         return jnp.zeros_like(a), jnp.zeros((N, r), a.dtype)
     da, dcp = jax.ffi.ffi_call(

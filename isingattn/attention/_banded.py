@@ -451,6 +451,12 @@ def _strong_heads(c, dtype):
     return jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _fast_limit(dtype))
 
 
+def _edge_heads(c, dtype, strong):
+    """``(N,)`` bool: the heads between :func:`_grad_limit` and :func:`_fast_limit` (``strong``
+    from :func:`_strong_heads`): probability space forward, log-domain gradient."""
+    return jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _grad_limit(dtype)) & ~strong
+
+
 def _weak(c, strong):
     """The couplings with the strong heads' set to 0 (their fast-path results are discarded)."""
     return jnp.where(strong[:, None], jnp.zeros_like(c), c)
@@ -622,7 +628,7 @@ def _core_bwd(r, coupling_grad, res, g):
     a, c = res
     feat = _window_features(r, a.dtype)
     strong = _strong_heads(c, a.dtype)
-    edge = jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _grad_limit(a.dtype)) & ~strong
+    edge = _edge_heads(c, a.dtype, strong)
     # the VJP is linear in g: run it on g / max|g| per head (the derivative messages grow with
     # g's scale, which the exponent range must not depend on; per head, so that no head's
     # numbers depend on another's) and scale the results back
@@ -735,7 +741,7 @@ def _compiled_bwd(r, coupling_grad, a, c, g):
     (:func:`isingattn._kernels.transfer.transfer_vjp`) on the heads within :func:`_grad_limit`;
     the others (only when there are some) by :func:`_tiled_bwd`, selected per head."""
     strong = _strong_heads(c, a.dtype)
-    edge = jax.lax.stop_gradient(jnp.sum(jnp.abs(c), axis=-1) > _grad_limit(a.dtype)) & ~strong
+    edge = _edge_heads(c, a.dtype, strong)
     other = strong | edge
     # the VJP is linear in g: run it on g / max|g| per head (as _core_bwd)
     scale = jax.lax.stop_gradient(jnp.max(jnp.abs(g), axis=(0, 2), keepdims=True))
