@@ -3,8 +3,8 @@
 Prints, from one run (after warm-up; compile time reported apart; medians of repeats):
   1. n = 10^5, range r = 8 (random banded couplings, sparse, float32): log Z alone,
      log Z + marginals, transfer_moments (log Z, marginals, <E> in one forward-backward pass),
-     and 100 exact samples; checked against
-     the closed form of the uniform chain at the same n for accuracy.
+     on the compiled kernel and on the JAX recursions side by side, and 100 exact samples;
+     checked against the closed form of the uniform chain at the same n for accuracy.
   2. A banded n = 20 model (dense, range r = 3): log Z + marginals + correlations + <E> by the
      transfer matrix vs our enumeration (isingattn.exact.moments), ratio and largest difference.
 
@@ -33,33 +33,40 @@ def long_banded(n, r, repeats):
     model = SparseIsingModel(
         h=rng.normal(0, 0.5, n), edges=edges, J=rng.normal(0, 0.3, len(edges)), beta=1.0
     )
-    f1, m1, _, lz = timed(exact.transfer_log_partition, model, repeats=repeats)
-    f2, m2, _, mg = timed(
-        lambda m: (exact.transfer_log_partition(m), exact.transfer_marginals(m)), model,
-        repeats=repeats,
-    )
-    f4, m4, _, mo = timed(
-        lambda m: exact.transfer_moments(m, correlations=False), model, repeats=repeats
-    )
+    print(f"[1] transfer matrix, n = {n}, range r = {r} (2^{r} = {1 << r} window states), "
+          f"{len(edges)} couplings, float32, medians of {repeats}; backend 'numba' (the "
+          "compiled kernel, the default on the CPU) and 'jax' (log-domain recursions)")
+    per_state = {}
+    for backend in ("numba", "jax"):
+        f1, m1, _, lz = timed(lambda m, b=backend: exact.transfer_log_partition(m, backend=b), model,
+                              repeats=repeats)
+        f2, m2, _, mg = timed(
+            lambda m, b=backend: (exact.transfer_log_partition(m, backend=b),
+                                  exact.transfer_marginals(m, backend=b)), model,
+            repeats=repeats)
+        f4, m4, _, mo = timed(
+            lambda m, b=backend: exact.transfer_moments(m, correlations=False, backend=b), model,
+            repeats=repeats)
+        per_state[backend] = per = m2 / (n * (1 << r)) * 1e9
+        print(f"  {backend}:")
+        print(f"    log Z:                     {m1:7.3f} s  (first call incl. compile {f1:.2f} s)")
+        print(f"    log Z + marginals:         {m2:7.3f} s  (first call incl. compile {f2:.2f} s)"
+              f" = {per:.1f} ns per (site x window state)")
+        print(f"    transfer_moments (log Z, marginals, <E>, one pass): {m4:7.3f} s  (first "
+              f"call incl. compile {f4:.2f} s)")
+        print(f"    log Z = {float(lz):.3f}, marginals finite: "
+              f"{bool(np.isfinite(mg[1]).all())}, <E> = {float(mo.mean_energy):.3f}")
+    print(f"    log Z + marginals: jax / numba = {per_state['jax'] / per_state['numba']:.1f}x")
     f3, m3, _, _x = timed(
         lambda m: exact.transfer_sample(m, jax.random.key(0), 100), model, repeats=repeats
     )
-    print(f"[1] transfer matrix, n = {n}, range r = {r} (2^{r} = {1 << r} window states), "
-          f"{len(edges)} couplings, float32, medians of {repeats}")
-    print(f"    log Z:                     {m1:7.3f} s  (first call incl. compile {f1:.2f} s)")
-    print(f"    log Z + marginals:         {m2:7.3f} s  (first call incl. compile {f2:.2f} s)")
-    print(f"    transfer_moments (log Z, marginals, <E>, one pass): {m4:7.3f} s  (first call "
-          f"incl. compile {f4:.2f} s)")
-    print(f"    100 exact samples (FFBS):  {m3:7.3f} s  (first call incl. compile {f3:.2f} s)")
-    per = m2 / (n * (1 << r)) * 1e9
-    print(f"    = {per:.1f} ns per (site x window state) for log Z + marginals; "
-          f"log Z = {float(lz):.3f}, marginals finite: {bool(np.isfinite(mg[1]).all())}, "
-          f"<E> = {float(mo.mean_energy):.3f}")
+    print(f"    100 exact samples (FFBS, JAX):  {m3:7.3f} s  (first call incl. compile {f3:.2f} s)")
     uni = chain(n, J=0.5)
     exact_lz = np.log(2) + (n - 1) * np.log(2 * np.cosh(0.5))
-    err = abs(float(exact.transfer_log_partition(uni)) - exact_lz) / exact_lz
-    print(f"    accuracy (float32): uniform chain n = {n}: |log Z - closed form| / log Z = "
-          f"{err:.1e}")
+    for backend in ("numba", "jax"):
+        err = abs(float(exact.transfer_log_partition(uni, backend=backend)) - exact_lz) / exact_lz
+        print(f"    accuracy ({backend}, float32 model): uniform chain n = {n}: |log Z - closed "
+              f"form| / log Z = {err:.1e}")
 
 
 def versus_enumeration(n, r, repeats):

@@ -9,10 +9,12 @@
   attention (:mod:`isingattn.attention._banded`).
 * :mod:`.anneal`: the state-vector anneal of the diabatic simulator
   (:mod:`isingattn.quantum`, ``DiabaticAnnealingSampler``).
+* :mod:`.chain`: log Z, marginals and mean energy of banded chains for the exact
+  transfer-matrix functions (:mod:`isingattn.exact`, ``backend=``).
 
 One policy decides where a kernel runs, :func:`.ffi.resolve_backend`: ``"auto"`` is the
 compiled kernel where JAX runs on the CPU (and XLA accepted the kernel), else JAX; ``"numba"``
 where it cannot run is a ``ValueError``; ``"jax"`` is JAX on any backend. Every user of a
 kernel (``Transfer(backend=...)``, the cluster samplers' ``components=...``, the simulator's
-``backend=...``) calls it.
+and the exact transfer functions' ``backend=...``) calls it.
 """

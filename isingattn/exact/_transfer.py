@@ -40,6 +40,8 @@ import numpy as np
 
 from .. import _vma
 from .._constants import BIG as _BIG
+from .._kernels import chain as _chain
+from .._kernels import ffi as _ffi
 from .._validation import check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
 
@@ -411,6 +413,41 @@ def _backward(band: _Band, alphas, r, D, want_energy):
     return m, elog, rows
 
 
+def _jax_moments(a, z, win, r, marginals, energy):
+    """The log-domain recursions for :func:`_moments`."""
+    band = _Band(a, z, win, None)
+    logz_c, alphas = _forward(band, r, keep=marginals)
+    if not marginals:
+        return logz_c, None, None
+    m, elog, _ = _backward(band, alphas, r, 0, energy)
+    return logz_c, jnp.moveaxis(m, 0, -1), elog
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
+def _kernel_moments(a, z, win, r, marginals, energy):
+    """:func:`_jax_moments` by the compiled kernel where its float64 range is enough (else the
+    log-domain recursions); derivatives always by the recursions."""
+    return jax.lax.cond(
+        _chain.chain_safe(win),
+        lambda a, z, w: _chain.chain_moments(a, z, w, marginals=marginals, energy=energy),
+        lambda a, z, w: _jax_moments(a, z, w, r, marginals, energy),
+        a, z, win)
+
+
+@_kernel_moments.defjvp
+def _kernel_moments_jvp(r, marginals, energy, primals, tangents):
+    return jax.jvp(lambda a, z, w: _jax_moments(a, z, w, r, marginals, energy), primals,
+                   tangents)
+
+
+def _moments(band: _Band, r, marginals, energy, kernel):
+    """``(log Z (B, P), marginals P(b_j = 1) (B, P, n) or None, <log w> - c (B, P) or None)``
+    of the clamped problems, by the compiled kernel (``kernel``) or the JAX recursions."""
+    if kernel:
+        return _kernel_moments(band.a, band.z, band.win, r, marginals, energy)
+    return _jax_moments(band.a, band.z, band.win, r, marginals, energy)
+
+
 def _mix(logz_c, x, axis_p):
     """Combine clamped problems: weights softmax(log Z_sigma) over the P axis."""
     w = jax.nn.softmax(logz_c, axis=-1)  # (B, P)
@@ -419,19 +456,24 @@ def _mix(logz_c, x, axis_p):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("r", "K", "D", "full", "want_marginals", "want_energy")
+    jax.jit, static_argnames=("r", "K", "D", "full", "want_marginals", "want_energy", "kernel")
 )
-def _run(model, r, K, D, full, want_marginals, want_energy=False):
-    """Everything in one compiled program, returned in the model's vartype."""
+def _run(model, r, K, D, full, want_marginals, want_energy=False, kernel=False):
+    """Everything in one compiled program, returned in the model's vartype. ``kernel``: log Z,
+    marginals and energy by the compiled kernel (pair correlations always by JAX)."""
     band = _band_form(model, r, K)
     batch = model.batch_shape
     n = model.n
     out = {}
-    logz_c, alphas = _forward(band, r, keep=want_marginals)
+    if D:
+        logz_c, alphas = _forward(band, r, keep=True)
+        m, elog, rows = _backward(band, alphas, r, D, want_energy)
+        m = jnp.moveaxis(m, 0, -1)
+    else:
+        logz_c, m, elog = _moments(band, r, want_marginals, want_energy, kernel)
     out["log_partition"] = (jax.nn.logsumexp(logz_c, axis=-1) + band.c).reshape(batch)
     if want_marginals:
-        m, elog, rows = _backward(band, alphas, r, D, want_energy)
-        mb = _mix(logz_c, jnp.moveaxis(m, 0, -1), 1).reshape(batch + (n,))
+        mb = _mix(logz_c, m, 1).reshape(batch + (n,))
         out["marginals"] = 2 * mb - 1 if model.vartype is Vartype.SPIN else mb
         if want_energy:  # <E> = -<log w> / beta: the bit form is exactly -beta E(x)
             beta = jnp.broadcast_to(model.beta, batch).reshape(-1)
@@ -464,7 +506,12 @@ def _band_to_full(band):
     return band[..., lo, d]
 
 
-def transfer_log_partition(model: ModelBase, bandwidth=None) -> jax.Array:
+def _kernel_for(backend):
+    """Whether ``backend`` (``"auto"``, ``"numba"`` or ``"jax"``) runs the compiled kernel."""
+    return _ffi.resolve_backend(backend) == "numba"
+
+
+def transfer_log_partition(model: ModelBase, bandwidth=None, *, backend="auto") -> jax.Array:
     """``log Z(beta) = log sum_x exp(-beta E(x))`` by transfer matrices, shape ``batch``.
 
     Exact for couplings of range ``r`` (``J_ij = 0`` for ``|i - j| > r``) at any length ``n``, in
@@ -485,11 +532,18 @@ def transfer_log_partition(model: ModelBase, bandwidth=None) -> jax.Array:
         pass it explicitly. With concrete couplings nothing is ever dropped (couplings beyond
         ``r`` are conditioned on); with a traced dense ``J`` entries beyond the band are assumed
         zero: they are left out and get zero gradient.
+      backend: where the recursions run: ``"auto"`` (default: the compiled CPU kernel of
+        :mod:`isingattn._kernels.chain` where JAX runs on the CPU, else JAX), ``"numba"`` or
+        ``"jax"``. The kernel works with probabilities in float64 (whatever the model's dtype)
+        and is used where that range is exact enough (total ``beta |J|`` across any cut of the
+        chain up to :data:`isingattn._kernels.chain.CUT_LIMIT`); elsewhere, and for every
+        derivative, the log-domain JAX recursions run.
 
-    Differentiable (``jax.grad``) with respect to ``h``, ``J`` and ``beta``; numerically stable
-    at large ``beta`` (log-domain recursions), in float32 and float64.
+    Differentiable (``jax.grad``, ``jax.jvp``) with respect to ``h``, ``J`` and ``beta``;
+    numerically stable at large ``beta`` (log-domain recursions), in float32 and float64.
 
-    Raises ``ValueError`` when ``2^(r + K)`` exceeds ``2^MAX_TRANSFER_LOG2_STATES``.
+    Raises ``ValueError`` when ``2^(r + K)`` exceeds ``2^MAX_TRANSFER_LOG2_STATES``, or for a
+    ``backend`` not in ``("auto", "numba", "jax")`` (or ``"numba"`` off the CPU).
 
     Example:
       >>> import numpy as np
@@ -498,15 +552,16 @@ def transfer_log_partition(model: ModelBase, bandwidth=None) -> jax.Array:
       >>> bool(np.isclose(lz, np.log(2) + 999 * np.log(2 * np.cosh(0.5)), rtol=1e-5))
       True
     """
+    kernel = _kernel_for(backend)
     plan = _plan(model, bandwidth)
-    return _run(model, plan.r, plan.K, 0, False, False)["log_partition"]
+    return _run(model, plan.r, plan.K, 0, False, False, kernel=kernel)["log_partition"]
 
 
-def transfer_marginals(model: ModelBase, bandwidth=None) -> jax.Array:
+def transfer_marginals(model: ModelBase, bandwidth=None, *, backend="auto") -> jax.Array:
     """``<x_i>`` under the Boltzmann distribution by forward-backward transfer matrices, shape
     ``batch + (n,)`` in the model's vartype (masked variables: the low value). Same models,
-    ``bandwidth``, cost and differentiability as :func:`transfer_log_partition` (memory
-    ``O(n * 2^r)`` per model).
+    ``bandwidth``, ``backend``, cost and differentiability as :func:`transfer_log_partition`
+    (memory ``O(n * 2^r)`` per model on the JAX path, ``O(sqrt(n) 2^r)`` in the kernel).
 
     Example:
       >>> import numpy as np
@@ -515,8 +570,9 @@ def transfer_marginals(model: ModelBase, bandwidth=None) -> jax.Array:
       >>> bool(np.allclose(m, np.tanh(0.3), atol=1e-6))
       True
     """
+    kernel = _kernel_for(backend)
     plan = _plan(model, bandwidth)
-    return _run(model, plan.r, plan.K, 0, False, True)["marginals"]
+    return _run(model, plan.r, plan.K, 0, False, True, kernel=kernel)["marginals"]
 
 
 def _check_distance(model, max_distance):
@@ -553,14 +609,17 @@ class TransferMoments(NamedTuple):
 
 
 def transfer_moments(
-    model: ModelBase, bandwidth=None, *, correlations: bool = True, max_distance=None
+    model: ModelBase, bandwidth=None, *, correlations: bool = True, max_distance=None,
+    backend="auto",
 ) -> TransferMoments:
     """``log Z``, marginals, correlations (see :func:`transfer_correlations`) and the mean
     energy ``<E>`` in one forward-backward pass. Same models, ``bandwidth``, cost and
-    differentiability as :func:`transfer_log_partition`."""
+    differentiability as :func:`transfer_log_partition`; ``backend`` as there, for
+    ``correlations=False`` (the pair propagation of correlations runs in JAX)."""
+    kernel = _kernel_for(backend)
     plan = _plan(model, bandwidth)
     D = _check_distance(model, max_distance) if correlations else 0
-    out = _run(model, plan.r, plan.K, D, max_distance is None, True, True)
+    out = _run(model, plan.r, plan.K, D, max_distance is None, True, True, kernel=kernel)
     return TransferMoments(
         out["log_partition"], out["marginals"], out.get("correlations"), out["mean_energy"]
     )
