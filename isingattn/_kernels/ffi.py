@@ -8,10 +8,10 @@ whose layout it reads), and reports anything it does not expect through the API'
 reading the wrong memory. :func:`register` registers such a handler once per process;
 ``jax.ffi.ffi_call`` then calls it from inside a jitted program with no Python and no copies.
 :func:`prologue` is the start every handler shares. Kernels that share their work among threads
-of their own (:mod:`.transfer`, :mod:`.anneal`, :mod:`.chain`) start them from the handler with
-``pthread_create`` and join them before it returns (:func:`share_out`), and are called through
-:func:`threaded_handler`. Used by :mod:`.union_find`, :mod:`.transfer`, :mod:`.anneal` and
-:mod:`.chain`.
+of their own (all but :mod:`.union_find`) start them from the handler with ``pthread_create``
+and join them before it returns (:func:`share_out`), and are called through
+:func:`threaded_handler`. Used by :mod:`.union_find`, :mod:`.transfer`, :mod:`.anneal`,
+:mod:`.chain` and :mod:`.chromatic`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ MCMC backend is one):
 * ``step_chains(model, states, keys, beta) -> (states, info)``: one sweep of all chains of one
   model (leading chain axis); ``info`` a dict of fixed-shape arrays (acceptance rate, cluster
   size, ...);
-* ``carries_stream`` (bool), ``prepare(model, beta, num_chains)`` and ``check_model(model)``.
+* ``carries_stream`` (bool), ``prepare(model, beta, num_chains)`` and ``check_model(model)``;
+  optionally ``runs_sweeps(model)`` and ``sweeps_chains(model, states, num_sweeps, beta,
+  prep)``: a kernel that runs many sweeps per call (a compiled one) then gets a fixed-β run's
+  burn-in, and the sweeps before each kept draw, in one call each.
 
 :func:`init_chains` starts chains, :func:`run_chains` advances them and records one
 *observation* per kept draw: the configuration by default, or what an ``observe`` function
@@ -353,23 +356,30 @@ def run_chains(kernel, model, chains: Chains, num_samples: int, *, num_burnin: i
     else:
         betas = jnp.broadcast_to(flat.beta[:, None], (B, total))
     split = batch_split(model)
-    lanes = _chain_lanes(B // num_shards(split), num_chains, model.n) if streamed else 1
+    # a kernel that runs many sweeps per call (runs_sweeps) shares its chains among threads of
+    # its own: one lane
+    multi = streamed and not scheduled and bool(getattr(kernel, "runs_sweeps",
+                                                        lambda m: False)(flat))
+    lanes = (_chain_lanes(B // num_shards(split), num_chains, model.n)
+             if streamed and not multi else 1)
     fc = _flatten(chains, batch, B)
     states, draws, info = _run(kernel, flat, fc.state, fc.key, betas, jnp.int32(num_burnin),
                                num_samples, jnp.int32(thinning), jnp.asarray(fc.sweep, jnp.int32),
-                               streamed, scheduled, lanes, observe, split)
+                               streamed, scheduled, lanes, observe, split, multi)
     after = Chains(states, fc.key, jnp.asarray(chains.sweep, jnp.int32) + total)
     return ChainRun(_unflatten(after, batch), _unflatten(draws, batch), _unflatten(info, batch))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 6, 9, 10, 11, 12, 13))
+@functools.partial(jax.jit, static_argnums=(0, 6, 9, 10, 11, 12, 13, 14))
 def _run(kernel, flat, states0, run_keys, betas, num_burnin, num_samples, thinning, sweep0,
-         streamed, scheduled, lanes, observe, split=None):
+         streamed, scheduled, lanes, observe, split=None, multi=False):
     # streamed (a kernel that carries its stream): nested loops whose bodies hold only the
     # kernel (and, under a schedule, the read of the sweep's beta), so XLA's CPU runtime runs
     # them inline on the calling thread, or with lanes > 1 the chains split into that many
     # independent lanes (_chain_lanes; the same draws, as every chain has its own stream).
     # num_burnin and thinning are loop bounds there, traced: changing them does not recompile.
+    # multi (a kernel that runs many sweeps per call, at a fixed beta): the burn-in and the
+    # sweeps before each kept draw are one call each, their counts traced likewise.
     # Otherwise: one scan over all sweeps (burn-in included), the kernel traced once. After
     # sweep t the observation goes to draw slot max(t - num_burnin, 0) // thinning; the last
     # write to slot k is sweep num_burnin + (k + 1) * thinning - 1, the kept one.
@@ -428,9 +438,20 @@ def _run(kernel, flat, states0, run_keys, betas, num_burnin, num_samples, thinni
             def burn(t, states):
                 return tuple(st for st, _ in sweep(states, beta_at(t)))
 
+            def sweeps(states, count):  # multi: count sweeps of every lane, info summed
+                return tuple(kernel.sweeps_chains(model, st, count, beta0, **kw)
+                             for st, kw in zip(states, kws))
+
             def draw(k, carry):
                 states, acc, buf = carry
                 first = num_burnin + k * thinning
+                if multi:
+                    out = sweeps(states, thinning)
+                    states = tuple(st for st, _ in out)
+                    acc = tuple(jax.tree_util.tree_map(lambda a, v: a + v, a, info)
+                                for a, (_, info) in zip(acc, out))
+                    x = jnp.concatenate([st.x for st in states])
+                    return states, acc, record(buf, x, k)
 
                 def kept_sweep(j, carry):
                     states, acc = carry
@@ -443,7 +464,10 @@ def _run(kernel, flat, states0, run_keys, betas, num_burnin, num_samples, thinni
                 x = jnp.concatenate([st.x for st in states])
                 return states, acc, record(buf, x, k)
 
-            lanes_st = jax.lax.fori_loop(0, num_burnin, burn, split_lanes(states))
+            if multi:
+                lanes_st = tuple(st for st, _ in sweeps(split_lanes(states), num_burnin))
+            else:
+                lanes_st = jax.lax.fori_loop(0, num_burnin, burn, split_lanes(states))
             lanes_st, acc, buf = jax.lax.fori_loop(0, num_samples, draw,
                                                    (lanes_st, split_lanes(acc0), buf0))
             return join(lanes_st), buf, mean(join(acc))

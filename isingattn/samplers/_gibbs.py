@@ -16,12 +16,15 @@ class GibbsSampler(SingleSiteSampler):
     ``P(x_i = high | rest) = sigmoid(beta * f_i * (high - low))``, ``f_i = h_i + sum_j J_ij x_j``
 
     (``sigmoid(2 beta f_i)`` for SPIN, ``sigmoid(beta f_i)`` for BINARY), which leaves
-    ``p(x) ∝ exp(-beta E(x))`` invariant. Pure JAX, batched over chains and models.
+    ``p(x) ∝ exp(-beta E(x))`` invariant. Batched over chains and models.
 
     Args:
       order: ``"auto"`` (sequential for dense, chromatic for sparse), ``"sequential"``,
         ``"random"`` or ``"chromatic"``; see :class:`~isingattn.samplers.SingleSiteSampler`.
       colouring: networkx greedy strategy for non-bipartite sparse graphs (chromatic order).
+      backend: ``"auto"`` (default), ``"numba"`` or ``"jax"``: where chromatic sweeps run (the
+        compiled CPU kernel or XLA; same draws); see
+        :class:`~isingattn.samplers.SingleSiteSampler`.
 
     ``sample`` options: ``num_burnin`` (default 100), ``thinning``, ``initial_states``,
     ``beta_schedule``. ``info["acceptance_rate"]`` (``batch + (chain,)``): fraction of updates
@@ -36,6 +39,8 @@ class GibbsSampler(SingleSiteSampler):
       >>> s.spins.shape
       (4, 50, 64)
     """
+
+    _rule = 0  # isingattn._kernels.chromatic.GIBBS
 
     def _update(self, x, f, u, beta, low, high):
         # u < sigmoid(z) written as u (1 + exp(-z)) < 1: one exp, no division (the hot loop);

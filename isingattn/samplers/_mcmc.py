@@ -24,7 +24,8 @@ also accepts ``key=None`` in ``step``/``step_chains``: the sweep then continues 
 stream without mixing in a fresh key; the driver then runs loops that hold nothing but the
 kernel, at a fixed β or under a schedule (see :mod:`~isingattn.samplers._driver` and
 ``docs/guide/mcmc.md``). Kernels may also supply loop-invariant tables (``prepare``), which the
-driver computes before its loops.
+driver computes before its loops, and run many sweeps per call (``runs_sweeps``,
+``sweeps_chains``: the single-site samplers' compiled chromatic sweeps).
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ class MCMCSampler(Sampler):
 
     def check_model(self, model):
         """Raise a clear error if this backend cannot sample ``model`` (override)."""
+
+    def runs_sweeps(self, model):
+        """Whether :meth:`sweeps_chains` runs many sweeps of ``model`` in one call (False by
+        default; the driver then steps sweep by sweep)."""
+        return False
+
+    def sweeps_chains(self, model, states, num_sweeps, beta, prep=None):
+        """``num_sweeps`` sweeps of all chains at a fixed ``beta`` continuing their streams
+        (``num_sweeps`` may be traced): ``(states, info)`` with each info entry summed over the
+        sweeps. Only where :meth:`runs_sweeps`; the driver then calls it for a fixed-β run's
+        burn-in and between kept draws, once each."""
+        raise NotImplementedError(f"{type(self).__name__} runs sweep by sweep")
 
     def prepare(self, model, beta, num_chains):
         """Loop-invariant arrays of ``step_chains`` for ``model`` at a fixed ``beta`` (None
@@ -172,17 +185,28 @@ class SingleSiteSampler(MCMCSampler):
     from xoshiro128** generators carried in the state, seeded by ``init`` and re-keyed by every
     step's key (see :func:`xoshiro_mix`; ``key=None`` continues the stream). ``info``:
     ``acceptance_rate``, the fraction of updates of unmasked sites that changed the variable.
+
+    ``backend``: where chromatic sweeps run: ``"auto"`` (default: the compiled CPU kernel of
+    :mod:`isingattn._kernels.chromatic` where JAX runs on the CPU, else XLA), ``"numba"`` or
+    ``"jax"``. The kernel runs a fixed-β run's burn-in and the sweeps between kept draws in one
+    call each, with the chain axis minor throughout; it draws the same uniforms as the XLA sweep
+    (same draws, but for an update whose uniform falls within float32's ``exp`` rounding of
+    its acceptance probability, about ``1e-7``).
     """
 
     order: str = "auto"
     colouring: str = "DSATUR"
+    backend: str = "auto"
     carries_stream = True
+    _rule = None  # the kernel's update rule (isingattn._kernels.chromatic.GIBBS, METROPOLIS)
 
     def __post_init__(self):
         check_choice("order", self.order, ORDERS)
+        from .._kernels.ffi import BACKENDS
         from ._colouring import STRATEGIES
 
         check_choice("colouring", self.colouring, STRATEGIES)
+        check_choice("backend", self.backend, BACKENDS)
 
     # -- the update rule (override) ----------------------------------------------------
     def _update(self, x, f, u, beta, low, high):
@@ -229,17 +253,59 @@ class SingleSiteSampler(MCMCSampler):
         if self.resolved_order(model) != "chromatic":
             return None
         self.check_model(model)
+        if self.runs_sweeps(model):
+            return self._kernel_tables(model)
         return self._chromatic_prep(model)
+
+    def runs_sweeps(self, model):
+        """Chromatic order on the compiled kernel (see the class doc: ``backend``)."""
+        from .._kernels import ffi
+
+        return (self.resolved_order(model) == "chromatic" and self._rule is not None
+                and model.dtype in (jnp.float32, jnp.float64)
+                and ffi.resolve_backend(self.backend) == "numba")
+
+    def sweeps_chains(self, model, states, num_sweeps, beta, prep=None):
+        """``num_sweeps`` chromatic sweeps in one call of the compiled kernel (see
+        :meth:`MCMCSampler.sweeps_chains`); the acceptance rate summed over the sweeps."""
+        from .._kernels import chromatic
+
+        self.check_model(model)
+        t = self._kernel_tables(model) if prep is None or "perm" not in prep else prep
+        low, high = model.vartype.values
+        x, rng, rate = chromatic.chromatic_sweeps(
+            states.x, states.rng, t["perm"], t["nbr"], t["Jn"], t["h"], t["mask"],
+            t["bounds"], beta, num_sweeps, rule=self._rule, low=low, high=high,
+            active=t["active"])
+        return SingleSiteState(x, rng), {"acceptance_rate": rate}
+
+    def _kernel_tables(self, model):
+        """The compiled kernel's tables: the sites class by class and their neighbours (in the
+        model's own numbering) and couplings, fields and mask in that order."""
+        plan = _chromatic_plan(model.graph, self.colouring)
+        g = model.graph
+        n = model.n
+        Jpad = jnp.concatenate([model.active_J, jnp.zeros((1,), model.dtype)])
+        nbr = np.where(g.neighbors < n, g.neighbors, n)[plan.perm].astype(np.int32)
+        return {"perm": plan.perm, "nbr": nbr, "Jn": Jpad[plan.nbr_e],
+                "h": model.h[plan.perm], "mask": model.mask[plan.perm],
+                "bounds": np.asarray(plan.bounds, np.int32),
+                "active": jnp.maximum(jnp.sum(model.mask), 1).astype(model.dtype)}
 
     def step_chains(self, model, states, keys, beta, prep=None):
         """Many chains of one model at once. Same result as ``vmap(step)``, but dense
         sequential and chromatic sweeps run with the chain axis minor (``x`` as ``(n, chain)``):
         a site's field is then one row product over contiguous chains and a neighbour gather
-        copies whole rows. ``prep``: :meth:`prepare`'s output for this model, or None."""
+        copies whole rows (chromatic sweeps on the compiled kernel where :meth:`runs_sweeps`).
+        ``prep``: :meth:`prepare`'s output for this model, or None."""
         order = self.resolved_order(model)
         dense = isinstance(model, IsingModel)
         if order == "random" or (order == "sequential" and not dense):
             return super().step_chains(model, states, keys, beta)
+        if self.runs_sweeps(model):
+            if keys is not None:
+                states = states._replace(rng=jax.vmap(xoshiro_mix)(states.rng, keys))
+            return self.sweeps_chains(model, states, 1, beta, prep)
         rng = states.rng if keys is None else jax.vmap(xoshiro_mix)(states.rng, keys)
         rng = tuple(r.T for r in rng)  # 4 arrays (lanes, chain)
         xt = states.x.T

@@ -30,6 +30,8 @@ class MetropolisSampler(SingleSiteSampler):
       (3, 2, 20, 16)
     """
 
+    _rule = 1  # isingattn._kernels.chromatic.METROPOLIS
+
     def _update(self, x, f, u, beta, low, high):
         flipped = (low + high) - x
         dE = -f * (flipped - x)
