@@ -53,7 +53,7 @@ from _training import (
     write_json,
 )
 
-from isingattn.experiments import TrainConfig
+from isingattn.experiments import TrainConfig, TrainingDiverged
 from isingattn.experiments._stats import mean_interval
 
 from _results import ResultsTable  # analysis/_results.py (the script's folder)
@@ -242,12 +242,36 @@ def row_key(r):
             r["lr"], r["chemical_potential"])
 
 
+def diverged_final(p: Point, run_dir, error, out):
+    """The rule for a run that stops with non-finite values (declared before any such point was
+    counted): it is neither rerun nor re-tuned; its model is the last checkpoint the trainer kept,
+    evaluated like any finished run, and it counts in the means and paired differences like any
+    other seed (leaving it out would flatter its variant). ``<out>/diverged.json`` records the
+    point, the checkpoint's step and the trainer's message, and the report marks the point."""
+    from isingattn.experiments import evaluate_run, load_run
+    from isingattn.experiments._train import attention_summary
+
+    test = evaluate_run(run_dir, split="test")
+    valid = evaluate_run(run_dir, split="valid")
+    trainer = load_run(run_dir)
+    path = os.path.join(out, "diverged.json")
+    store = read_json(path, {})
+    store[p.name] = {"checkpoint_step": test["step"], "message": str(error)}
+    write_json(path, store)
+    return {"test": test["metrics"], "valid": valid["metrics"],
+            "attention": attention_summary(trainer.model()), "parameters": trainer.num_params,
+            "steps_per_second": None, "compile_seconds": math.nan, "wall_seconds": math.nan}
+
+
 def measure(p: Point, P, runs_dir, couplings_path):
     from isingattn.experiments import evaluate_run
 
     config = config_of(p, P)
     run_dir = os.path.join(runs_dir, p.name)
-    final = run_point(config, run_dir)
+    try:
+        final = run_point(config, run_dir)
+    except TrainingDiverged as e:
+        final = diverged_final(p, run_dir, e, os.path.dirname(couplings_path))
     test, valid = final["test"], final["valid"]
     gen = {}
     if p.positional != "learned":
@@ -413,6 +437,12 @@ def markdown(S):
             lines.append(f"| {c['length']} | {c['seed']} | {c['method']} | {c['accuracy']:.4f} "
                          f"| {c['mean_field_accuracy']:.4f} | {c['loss']:.4f} | "
                          f"{c['mean_field_loss']:.4f} |")
+    if S.get("diverged"):
+        lines += ["", ("### Runs stopped by non-finite values (counted from their last kept "
+                       "checkpoint, as the protocol says)"), "",
+                  "| point | checkpoint step | trainer's message |", "|---|---|---|"]
+        for name, d in sorted(S["diverged"].items()):
+            lines.append(f"| {name} | {d['checkpoint_step']} | {d['message'].split(';')[0]} |")
     extra = S["extra"]
     if extra:
         lines += ["", "### Extra points (test accuracy; mean over seeds)", "",
@@ -524,6 +554,7 @@ def report(table, P, out, checks=()):
     tuned = tuned_settings(rows, P)
     S = summarize(rows, P, tuned)
     S["checks"] = list(checks)
+    S["diverged"] = read_json(os.path.join(out, "diverged.json"), {})
     write_json(os.path.join(out, "summary.json"), jsonable(S))
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(markdown(S))
