@@ -139,6 +139,18 @@ _VIEW_BIT = 16
 
 
 @numba.njit(inline="always", **_OPT)
+def _rotate_four(x0, y0, x1, y1, x2, y2, x3, y3, c, s):
+    """``(c + i s X)`` on both qubits of the four amplitudes ``x_j + i y_j`` (``j`` the two
+    qubits' bits): the low qubit mixes 0 with 1 and 2 with 3, then the high one 0 with 2 and 1
+    with 3. Returns the eight new parts in the order of the arguments."""
+    a0r, a0i = c * x0 - s * y1, c * y0 + s * x1
+    a1r, a1i = c * x1 - s * y0, c * y1 + s * x0
+    a2r, a2i = c * x2 - s * y3, c * y2 + s * x3
+    a3r, a3i = c * x3 - s * y2, c * y3 + s * x2
+    return (c * a0r - s * a2i, c * a0i + s * a2r, c * a1r - s * a3i, c * a1i + s * a3r,
+            c * a2r - s * a0i, c * a2i + s * a0r, c * a3r - s * a1i, c * a3i + s * a1r)
+
+@numba.njit(inline="always", **_OPT)
 def _rotate_two(re, im, size, bit, c, s):
     """``(c + i s X)`` on the qubits of ``bit`` and ``2 bit`` in one pass."""
     if bit >= _VIEW_BIT:
@@ -147,16 +159,8 @@ def _rotate_two(re, im, size, bit, c, s):
     for base in range(0, size, 4 * bit):
         for a in range(base, base + bit):
             b, d, e = a + bit, a + 2 * bit, a + 3 * bit
-            r0, i0, r1, i1 = re[a], im[a], re[b], im[b]
-            r2, i2, r3, i3 = re[d], im[d], re[e], im[e]
-            a0r, a0i = c * r0 - s * i1, c * i0 + s * r1
-            a1r, a1i = c * r1 - s * i0, c * i1 + s * r0
-            a2r, a2i = c * r2 - s * i3, c * i2 + s * r3
-            a3r, a3i = c * r3 - s * i2, c * i3 + s * r2
-            re[a], im[a] = c * a0r - s * a2i, c * a0i + s * a2r
-            re[d], im[d] = c * a2r - s * a0i, c * a2i + s * a0r
-            re[b], im[b] = c * a1r - s * a3i, c * a1i + s * a3r
-            re[e], im[e] = c * a3r - s * a1i, c * a3i + s * a1r
+            (re[a], im[a], re[b], im[b], re[d], im[d], re[e], im[e]) = _rotate_four(
+                re[a], im[a], re[b], im[b], re[d], im[d], re[e], im[e], c, s)
 
 @numba.njit(inline="always", **_OPT)
 def _rotate_two_blocks(re, im, size, bit, c, s):
@@ -169,16 +173,8 @@ def _rotate_two_blocks(re, im, size, bit, c, s):
         r2, i2 = re[base + 2 * bit:base + 3 * bit], im[base + 2 * bit:base + 3 * bit]
         r3, i3 = re[base + 3 * bit:base + 4 * bit], im[base + 3 * bit:base + 4 * bit]
         for t in range(bit):
-            x0, y0, x1, y1 = r0[t], i0[t], r1[t], i1[t]
-            x2, y2, x3, y3 = r2[t], i2[t], r3[t], i3[t]
-            a0r, a0i = c * x0 - s * y1, c * y0 + s * x1
-            a1r, a1i = c * x1 - s * y0, c * y1 + s * x0
-            a2r, a2i = c * x2 - s * y3, c * y2 + s * x3
-            a3r, a3i = c * x3 - s * y2, c * y3 + s * x2
-            r0[t], i0[t] = c * a0r - s * a2i, c * a0i + s * a2r
-            r2[t], i2[t] = c * a2r - s * a0i, c * a2i + s * a0r
-            r1[t], i1[t] = c * a1r - s * a3i, c * a1i + s * a3r
-            r3[t], i3[t] = c * a3r - s * a1i, c * a3i + s * a1r
+            (r0[t], i0[t], r1[t], i1[t], r2[t], i2[t], r3[t], i3[t]) = _rotate_four(
+                r0[t], i0[t], r1[t], i1[t], r2[t], i2[t], r3[t], i3[t], c, s)
 
 
 @numba.njit(inline="always", **_OPT)
@@ -317,12 +313,8 @@ def _worker(job):
     return ptr(0)
 
 
-def _compile_handler():
-    return ffi.threaded_handler(_handle, _worker)
-
-
 def _register():
-    return ffi.register(TARGET, _compile_handler)
+    return ffi.register_threaded(TARGET, _handle, _worker)
 
 
 def evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order):

@@ -35,6 +35,7 @@ import numpy as np
 from numba import carray, types
 
 from .. import _vma
+from .._constants import BIG
 from . import ffi
 from .ffi import arguments, buffer, dtype_of, fail, lead, prologue, ptr, results, words
 
@@ -44,7 +45,7 @@ TARGET = "isingattn_transfer_chain"
 CUT_LIMIT = 250.0
 #: Below this much work (problems x positions x window states) a call runs on one thread.
 THREADED_WORK = 1 << 20
-_BIG_HALF = 5e29  # half of isingattn._constants.BIG: a log-weight below -BIG/2 is "excluded"
+_BIG_HALF = BIG / 2  # a log-weight below -BIG/2 is "excluded"
 _JOB = 14  # words of one thread's job
 
 _OPT = {"nogil": True, "boundscheck": False, "fastmath": True, "error_model": "numpy",
@@ -285,12 +286,8 @@ def _worker(job):
     return ptr(0)
 
 
-def _compile_handler():
-    return ffi.threaded_handler(_handle, _worker)
-
-
 def _register():
-    return ffi.register(TARGET, _compile_handler)
+    return ffi.register_threaded(TARGET, _handle, _worker)
 
 
 def chain_safe(win):

@@ -302,12 +302,8 @@ def _worker(job):
     return ptr(0)
 
 
-def _compile_handler():
-    return ffi.threaded_handler(_handle, _worker)
-
-
 def _register():
-    return ffi.register(TARGET, _compile_handler)
+    return ffi.register_threaded(TARGET, _handle, _worker)
 
 
 def chromatic_sweeps(x, s, perm, nbr, Jn, h, mask, bounds, beta, num_sweeps, *, rule, low,

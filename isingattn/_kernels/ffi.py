@@ -293,3 +293,10 @@ def threaded_handler(handle, worker, threads=None):
                             threads)
 
     return _handler, handle, worker
+
+
+@functools.cache
+def register_threaded(target, handle, worker):
+    """:func:`register` the :func:`threaded_handler` of ``handle`` and ``worker`` under
+    ``target``, once per process: what a threaded kernel's module calls before its first use."""
+    return register(target, functools.partial(threaded_handler, handle, worker))

@@ -45,8 +45,6 @@ TARGET = "isingattn_transfer_marginals"
 #: Queries of one head processed together: the last (contiguous) axis of every message. Shorter
 #: rows cost more per number (figures in ``docs/guide/transfer.md``).
 LANES = 64
-#: Threads of one call at most (the calling thread included).
-MAX_THREADS = ffi.MAX_THREADS
 #: Below this many state updates (queries x heads x keys x 2^r) a call runs on one thread.
 THREADED_WORK = 1 << 24
 
@@ -441,12 +439,8 @@ def _worker(job):
     return ptr(0)
 
 
-def _compile_handler():
-    return ffi.threaded_handler(_handle, _worker, MAX_THREADS)
-
-
 def _register():
-    return ffi.register(TARGET, _compile_handler)
+    return ffi.register_threaded(TARGET, _handle, _worker)
 
 
 def transfer_marginals(a, c, fast_limit):
@@ -908,10 +902,6 @@ def _vjp_worker(job):
     return ptr(0)
 
 
-def _compile_vjp_handler():
-    return ffi.threaded_handler(_vjp_handle, _vjp_worker, MAX_THREADS)
-
-
 def transfer_vjp(a, c, g, skip, pairs):
     """The VJP of :func:`transfer_marginals` on the heads within the probability-space
     gradient's range: ``a`` ``(Q, N, S)`` natural fields, ``c`` ``(N, r)``, ``g`` ``(Q, N, S)``
@@ -919,7 +909,7 @@ def transfer_vjp(a, c, g, skip, pairs):
     left to the caller: zeros there), ``pairs``: whether the couplings get a gradient. Returns
     ``(da (Q, N, S), dc (N, r))`` (``dc`` zeros without ``pairs``), the numbers of
     ``_banded._vjp_tile`` to float rounding."""
-    ffi.register(VJP_TARGET, _compile_vjp_handler)
+    ffi.register_threaded(VJP_TARGET, _vjp_handle, _vjp_worker)
     a = jnp.asarray(a)
     Q, N, S = a.shape
     r = c.shape[1]
