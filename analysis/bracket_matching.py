@@ -54,6 +54,7 @@ from _training import (
 )
 
 from isingattn.experiments import TrainConfig, TrainingDiverged
+from isingattn.experiments._train import run_status
 from isingattn.experiments._stats import mean_interval
 
 from _results import ResultsTable  # analysis/_results.py (the script's folder)
@@ -110,6 +111,9 @@ PRESETS = {
 #: mean field, evaluated on the first ``examples`` test sequences with exact enumeration (short
 #: lengths) and with Gibbs sampling, against mean field on the same sequences. Its own table
 #: (``inference_check.csv``), so that it can be added to a sweep without touching its protocol.
+#: Run directories are not committed: a run that is not in ``--runs`` is trained again from its
+#: sweep point (same configuration and seed) and the row records that run's test accuracy beside
+#: the sweep table's (equal where the machine computes the same numbers).
 CHECKS = {
     "full": {"exact_lengths": [16], "gibbs_lengths": [16, 64], "examples": 256,
              "gibbs": {"num_samples": 128, "backend_options": {"num_burnin": 50}}},
@@ -117,7 +121,8 @@ CHECKS = {
               "gibbs": {"num_samples": 8, "backend_options": {"num_burnin": 5}}},
 }
 CHECK_FIELDS = ["variant", "length", "seed", "method", "examples", "accuracy", "loss",
-                "mean_field_accuracy", "mean_field_loss"]
+                "mean_field_accuracy", "mean_field_loss", "retrained", "run_test_accuracy",
+                "sweep_test_accuracy"]
 
 FIELDS = ["phase", "variant", "attention", "structure", "length", "seed", "positional",
           "bandwidth", "method", "lr", "chemical_potential", "beta", "test_accuracy",
@@ -331,6 +336,8 @@ def run_checks(table, check_table, P, C, args):
         p = Point("sweep", r["variant"], r["length"], r["seed"], r["lr"],
                   r["chemical_potential"], bandwidth=r["bandwidth"])
         run_dir = os.path.join(args.runs, p.name)
+        retrained = run_status(run_dir) != "finished"
+        final = run_point(config_of(p, P), run_dir)  # trains it again where it is missing
         n = C["examples"]
         ref = evaluate_run(run_dir, num_examples=n, overrides={"method": "mean_field"})
         over = {"method": m}
@@ -341,17 +348,20 @@ def run_checks(table, check_table, P, C, args):
                "examples": n, "accuracy": got["metrics"]["metric"],
                "loss": got["metrics"]["loss"],
                "mean_field_accuracy": ref["metrics"]["metric"],
-               "mean_field_loss": ref["metrics"]["loss"]}
-        check_table.append(row)
+               "mean_field_loss": ref["metrics"]["loss"], "retrained": int(retrained),
+               "run_test_accuracy": final["test"]["metric"],
+               "sweep_test_accuracy": r["test_accuracy"]}
+        check_table.append(row, digits=6)
         print(f"[check] L={r['length']} seed={r['seed']} {m}: accuracy {row['accuracy']:.4f} "
               f"vs mean field {row['mean_field_accuracy']:.4f}", file=sys.stderr, flush=True)
 
 
 def parse_check(r):
     out = dict(r)
-    for k in ("length", "seed", "examples"):
+    for k in ("length", "seed", "examples", "retrained"):
         out[k] = int(r[k])
-    for k in ("accuracy", "loss", "mean_field_accuracy", "mean_field_loss"):
+    for k in ("accuracy", "loss", "mean_field_accuracy", "mean_field_loss", "run_test_accuracy",
+              "sweep_test_accuracy"):
         out[k] = float(r[k])
     return out
 
@@ -431,12 +441,15 @@ def markdown(S):
     if S.get("checks"):
         lines += ["", ("### Inference check: relative-learned models (trained with mean field) "
                   "evaluated with another method on the same test sequences"), "",
-                  "| L | seed | method | accuracy | mean-field accuracy | loss | mean-field loss |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| L | seed | method | accuracy | mean-field accuracy | loss | mean-field loss "
+                  "| run's test accuracy (sweep table's) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for c in sorted(S["checks"], key=lambda c: (c["length"], c["method"], c["seed"])):
+            run = (f"{c['run_test_accuracy']:.4f} ({c['sweep_test_accuracy']:.4f}"
+                   + (", trained again)" if c["retrained"] else ")"))
             lines.append(f"| {c['length']} | {c['seed']} | {c['method']} | {c['accuracy']:.4f} "
                          f"| {c['mean_field_accuracy']:.4f} | {c['loss']:.4f} | "
-                         f"{c['mean_field_loss']:.4f} |")
+                         f"{c['mean_field_loss']:.4f} | {run} |")
     if S.get("diverged"):
         lines += ["", ("### Runs stopped by non-finite values (counted from their last kept "
                        "checkpoint, as the protocol says)"), "",
