@@ -391,7 +391,7 @@ def summarize(rows, P, tuned):
         for L in lengths:
             sel = [r["steps_per_second"] for r in sweep if r["variant"] == v and r["length"] == L]
             if sel:
-                speed.setdefault(v, {})[L] = float(np.median(sel))
+                speed.setdefault(v, {})[L] = float(np.nanmedian(sel))  # nan: a diverged run
     extra = [r for r in rows if r["phase"] == "extra"]
     return {"lengths": lengths, "accuracy": acc, "far_accuracy": far, "differences": diffs,
             "trends": trends, "steps_per_second": speed, "tuned": tuned,
