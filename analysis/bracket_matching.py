@@ -54,8 +54,8 @@ from _training import (
 )
 
 from isingattn.experiments import TrainConfig, TrainingDiverged
-from isingattn.experiments._train import run_status
 from isingattn.experiments._stats import mean_interval
+from isingattn.experiments._train import run_status
 
 from _results import ResultsTable  # analysis/_results.py (the script's folder)
 
@@ -441,8 +441,8 @@ def markdown(S):
     if S.get("checks"):
         lines += ["", ("### Inference check: relative-learned models (trained with mean field) "
                   "evaluated with another method on the same test sequences"), "",
-                  "| L | seed | method | accuracy | mean-field accuracy | loss | mean-field loss "
-                  "| run's test accuracy (sweep table's) |",
+                  ("| L | seed | method | accuracy | mean-field accuracy | loss | mean-field loss "
+                   "| run's test accuracy (sweep table's) |"),
                   "|---|---|---|---|---|---|---|---|"]
         for c in sorted(S["checks"], key=lambda c: (c["length"], c["method"], c["seed"])):
             run = (f"{c['run_test_accuracy']:.4f} ({c['sweep_test_accuracy']:.4f}"

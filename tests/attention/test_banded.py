@@ -210,9 +210,10 @@ def test_float32_gradient_when_every_block_drifts_to_the_edge_of_its_range(total
     rounding of covariances of terms of the size of ``G = sum_k g_k s_k``, bounded to first
     order by one rounding per key of a length-S recursion, ``S u`` (u the unit roundoff) times
     the sum of ``|g|`` that an entry's covariances draw on (per query and head for ``da``, over
-    the queries of a head for ``dc``). The error itself depends on the summation order the compiler picks for
-    the machine (the compiled VJP's ``dc`` error here: 0.06 with AVX2, 0.10 with AVX-512, where
-    the bound is 0.94; ``da``'s is at most 0.003, its bound at least 0.098)."""
+    the queries of a head for ``dc``). The error itself depends on the summation order the
+    compiler picks for the machine (the compiled VJP's ``dc`` error here: 0.06 with AVX2, 0.10
+    with AVX-512, where the bound is 0.94; ``da``'s is at most 0.003, its bound at least
+    0.098)."""
     S = 6 * BLOCK + 1
     k = jax.random.split(jax.random.key(11), 3)
     a = 30.0 + jax.random.normal(k[0], (8, 2, S))
