@@ -13,10 +13,13 @@
   transfer-matrix functions (:mod:`isingattn.exact`, ``backend=``).
 * :mod:`.chromatic`: chromatic Gibbs and Metropolis sweeps of sparse models
   (``GibbsSampler``/``MetropolisSampler``, ``backend=``).
+* :mod:`.simulated`: simulated annealing of dense models (``anneal`` /
+  ``SimulatedAnnealingSampler``, ``backend=``).
 
 One policy decides where a kernel runs, :func:`.ffi.resolve_backend`: ``"auto"`` is the
 compiled kernel where JAX runs on the CPU (and XLA accepted the kernel), else JAX; ``"numba"``
 where it cannot run is a ``ValueError``; ``"jax"`` is JAX on any backend. Every user of a
-kernel (``Transfer(backend=...)``, the cluster samplers' ``components=...``, the ``backend=...`` of
-the simulator, the exact transfer functions and the single-site samplers) calls it.
+kernel (``Transfer(backend=...)``, the cluster samplers' ``components=...``, the
+``backend=...`` of the simulator, the exact transfer functions, the single-site samplers and
+simulated annealing) calls it.
 """

@@ -1,4 +1,4 @@
-"""Simulated annealing in JAX, batched over models and reads, with dwave-samplers' parameters.
+"""Simulated annealing batched over models and reads, with dwave-samplers' parameters.
 
 The annealing inverse temperature multiplies the model's energy ``E`` (physics sign, without the
 model's own ``beta``), exactly as dwave-samplers' ``SimulatedAnnealingSampler`` multiplies a BQM's
@@ -14,7 +14,10 @@ Dense models are swept sequentially over the variables ``0..n-1`` (as dwave-samp
 The sweep is blocked: inside a block of ``B`` variables the fields are corrected for the flips made
 earlier in the block (``O(B)`` per variable), and after the block one matrix product
 ``J[:, block] @ dx`` updates every field, so the arithmetic runs on wide vectors over reads and
-models. Sparse models are swept colour class by colour class (a proper colouring of the graph:
+models. On the CPU, dense models are annealed by default in a compiled kernel
+(:mod:`isingattn._kernels.simulated`: the same sweep, with the reads as the vector axis and
+its own random numbers; ``backend="jax"`` selects the JAX sweep). Sparse models are swept
+colour class by colour class (a proper colouring of the graph:
 variables of one class are not coupled, so updating them together is the same as updating them one
 after the other); for a bipartite lattice this is the checkerboard sweep.
 
@@ -345,6 +348,17 @@ def _run_dense(J, h, mask, betas, x0, seeds, *, gibbs, block):
     return _dense_anneal(J, h, mask, betas, x0, seeds, gibbs=gibbs, block=block)
 
 
+@functools.partial(jax.jit, static_argnames=("gibbs",))
+def _run_dense_kernel(J, h, mask, betas, x0, seeds, *, gibbs):
+    """:func:`_run_dense`'s contract (``J`` ``(n, n)`` shared or ``(M, n, n)``), run by the
+    compiled kernel :func:`isingattn._kernels.simulated.anneal_dense`."""
+    from .._kernels import simulated
+
+    J = J if J.ndim == 3 else J[None]
+    x, acc = simulated.anneal_dense(J, h, mask, betas, x0, seeds, gibbs=gibbs)
+    return x, jnp.sum(acc, -1)
+
+
 @functools.partial(jax.jit, static_argnames=("gibbs", "graph"))
 def _run_sparse(Jpad, h, mask, betas, x0, seeds, *, gibbs, graph):
     kern = functools.partial(
@@ -393,10 +407,11 @@ def anneal(
     beta_schedule=None,
     initial_states=None,
     proposal_acceptance_criteria: str = "Metropolis",
+    backend: str = "auto",
 ):
     """Simulated annealing of every model of a batch, ``num_reads`` independent reads each.
 
-    Pure JAX (usable under ``jit`` with the integer/string arguments static). See
+    Usable under ``jit`` with the integer/string arguments static. See
     :func:`annealing_schedule` for the schedule arguments (dwave-samplers' names and rules) and
     the module docstring for the sweep order and units (the schedule multiplies ``E``).
 
@@ -407,6 +422,11 @@ def anneal(
       initial_states: states in the model's vartype broadcasting to ``batch + (num_reads, n)``
         (default: uniformly random). Masked variables are held at the low value regardless.
       proposal_acceptance_criteria: ``"Metropolis"`` or ``"Gibbs"``.
+      backend: where dense float32/float64 models are annealed: ``"auto"`` (default: the
+        compiled CPU kernel of :mod:`isingattn._kernels.simulated` where JAX runs on the CPU,
+        else JAX), ``"numba"`` or ``"jax"``. Same sweep, rules and schedule; the kernel draws
+        its own random numbers (xoshiro128** per read), so one key gives other reads than the
+        JAX path, from the same distribution. Sparse models always run in JAX.
 
     Returns:
       ``(states, info)``: states ``batch + (num_reads, n)`` in the model's vartype and
@@ -420,6 +440,9 @@ def anneal(
         )
     num_reads = check_positive_int("num_reads", num_reads)
     gibbs = _canonical_criteria(proposal_acceptance_criteria) == "Gibbs"
+    from .._kernels import ffi
+
+    backend = ffi.resolve_backend(backend)
     # value checks on concrete inputs here; the rest runs in one compiled program
     if beta_schedule is not None:
         _check_schedule_values("beta_schedule", beta_schedule)
@@ -434,14 +457,15 @@ def anneal(
         model, key, as_arr(beta_range), as_arr(beta_schedule), as_arr(initial_states),
         split=batch_split(model), num_reads=num_reads,
         num_sweeps=num_sweeps, num_sweeps_per_beta=num_sweeps_per_beta,
-        beta_schedule_type=beta_schedule_type, gibbs=gibbs,
+        beta_schedule_type=beta_schedule_type, gibbs=gibbs, backend=backend,
     )
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "num_reads", "num_sweeps", "num_sweeps_per_beta", "beta_schedule_type", "gibbs", "split"))
+    "num_reads", "num_sweeps", "num_sweeps_per_beta", "beta_schedule_type", "gibbs", "split",
+    "backend"))
 def _anneal_jit(model, key, beta_range, beta_schedule, initial_states, *, num_reads, num_sweeps,
-                num_sweeps_per_beta, beta_schedule_type, gibbs, split=None):
+                num_sweeps_per_beta, beta_schedule_type, gibbs, split=None, backend="jax"):
     betas, rng = annealing_schedule(
         model, num_sweeps=num_sweeps, num_sweeps_per_beta=num_sweeps_per_beta,
         beta_range=beta_range, beta_schedule_type=beta_schedule_type,
@@ -471,6 +495,14 @@ def _anneal_jit(model, key, beta_range, beta_schedule, initial_states, *, num_re
         run = functools.partial(_run_sparse, gibbs=gibbs, graph=spin.graph)
         x, acc = map_models(run, split, Jpad, h, mask, betas_f, x0f, seeds,
                             shared=(0,) if Jpad.ndim == 1 else ())
+    elif backend == "numba" and dt in (jnp.float32, jnp.float64):
+        J = spin.active_J
+        shared = J.ndim == 2
+        if not shared:
+            J = jnp.broadcast_to(J, batch + (n, n)).reshape(M, n, n)
+        run = functools.partial(_run_dense_kernel, gibbs=gibbs)
+        x, acc = map_models(run, split, J, h, mask, betas_f.astype(dt), x0f, seeds,
+                            shared=(0,) if shared else ())
     else:
         block = min(_BLOCK, n)
         pad = -n % block
@@ -510,8 +542,9 @@ class SimulatedAnnealingSampler(Sampler):
     Options (dwave-samplers' names): ``num_sweeps`` (default 1000), ``num_sweeps_per_beta``,
     ``beta_range``, ``beta_schedule_type`` (``"geometric"`` default, ``"linear"``,
     ``"custom"``, ``"fixed"``), ``beta_schedule``, ``initial_states`` (``batch + (num_reads,
-    n)`` or broadcastable), ``proposal_acceptance_criteria`` (``"Metropolis"``/``"Gibbs"``).
-    The schedule multiplies the model's energy ``E``, not ``beta * E``; ``"fixed"`` anneals
+    n)`` or broadcastable), ``proposal_acceptance_criteria`` (``"Metropolis"``/``"Gibbs"``);
+    and ours, ``backend`` (``"auto"``, ``"numba"``, ``"jax"``: where dense models are
+    annealed, see :func:`anneal`). The schedule multiplies the model's energy ``E``, not ``beta * E``; ``"fixed"`` anneals
     at each model's own ``beta`` throughout (a Boltzmann sampler). Constructor keywords preset
     any option.
 
@@ -536,12 +569,17 @@ class SimulatedAnnealingSampler(Sampler):
         "beta_schedule": [],
         "initial_states": [],
         "proposal_acceptance_criteria": [],
+        "backend": [],
     }
     properties: ClassVar[dict[str, Any]] = {"beta_schedule_options": BETA_SCHEDULE_TYPES,
                   "proposal_acceptance_criteria": ACCEPTANCE_CRITERIA}
 
     def __init__(self, **defaults):
         self._check_options(defaults)
+        if "backend" in defaults:
+            from .._kernels.ffi import BACKENDS
+
+            check_choice("backend", defaults["backend"], BACKENDS)
         self.defaults = defaults
 
     def _sample(self, model, key, num_samples, num_chains, **options):

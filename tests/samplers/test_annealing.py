@@ -171,11 +171,15 @@ def test_colouring_is_proper():
 
 # ------------------------------------------------------------------ Boltzmann at fixed beta
 @pytest.mark.parametrize("criteria", ["Metropolis", "Gibbs"])
-@pytest.mark.parametrize("case", ["dense", "sparse", "masked-binary"])
+@pytest.mark.parametrize("case", ["dense", "sparse", "masked-binary", "dense-jax",
+                                  "masked-binary-jax"])
 def test_constant_schedule_samples_boltzmann(criteria, case):
     # A constant custom schedule at the model's beta is a Metropolis / Gibbs sampler of
     # exp(-beta E); reads are independent, so the chi^2 test needs no ESS correction.
-    # False-failure rate ALPHA per case.
+    # False-failure rate ALPHA per case. Dense models run on the compiled kernel (the CPU's
+    # default) and, in the "-jax" cases, on the JAX sweep.
+    backend = "jax" if case.endswith("-jax") else "auto"
+    case = case.removesuffix("-jax")
     if case == "dense":
         model = random_dense(jax.random.key(20), 6, beta=0.6)
     elif case == "sparse":
@@ -186,7 +190,7 @@ def test_constant_schedule_samples_boltzmann(criteria, case):
     beta = float(model.beta)
     s = SimulatedAnnealingSampler().sample(
         model, jax.random.key(31), 6000, beta_schedule_type="custom",
-        beta_schedule=[beta] * 48, proposal_acceptance_criteria=criteria,
+        beta_schedule=[beta] * 48, proposal_acceptance_criteria=criteria, backend=backend,
     )
     x = np.asarray(s.spins)
     assert np.all(x[..., ~np.asarray(model.mask)] == model.vartype.low)
