@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -52,8 +53,9 @@ class NealSampler(Sampler):
       (1, 5, 10)
     """
 
-    # one-to-one with our simulated annealing: the same options, by design
-    parameters = SimulatedAnnealingSampler.parameters
+    # one-to-one with our simulated annealing: the same options, by design (but ours' backend)
+    parameters: ClassVar[dict[str, list]] = {
+        k: v for k, v in SimulatedAnnealingSampler.parameters.items() if k != "backend"}
     properties = SimulatedAnnealingSampler.properties
 
     def __init__(self, **defaults):

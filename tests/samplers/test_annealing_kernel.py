@@ -22,7 +22,7 @@ import pytest
 from isingattn import exact
 from isingattn._kernels import simulated
 from isingattn.models import IsingModel, random_dense
-from isingattn.samplers import SimulatedAnnealingSampler, anneal
+from isingattn.samplers import NealSampler, SimulatedAnnealingSampler, anneal
 
 from .._stats import assert_chi2_matches
 
@@ -172,6 +172,10 @@ def test_backend_is_checked_and_jit_agrees():
         anneal(m, KEY, 3, backend="gpu")
     with pytest.raises(ValueError, match="backend"):
         SimulatedAnnealingSampler(backend="cuda")
+    # neal takes our options but this one (it is not dwave-samplers')
+    assert set(NealSampler.parameters) == set(SimulatedAnnealingSampler.parameters) - {"backend"}
+    with pytest.raises(TypeError, match="backend"):
+        NealSampler(backend="jax")
     f = jax.jit(lambda m, k: anneal(m, k, 3, num_sweeps=50, backend="numba")[0])
     np.testing.assert_array_equal(
         np.asarray(f(m, KEY)), np.asarray(anneal(m, KEY, 3, num_sweeps=50, backend="numba")[0]))
