@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 from numba import carray, types
+from numba.extending import overload
 
 from .. import _vma
 from . import ffi
@@ -68,62 +69,35 @@ def seed_reads(st, seed0, seed1, r0):
         st[3, k] = np.uint32(b >> np.uint64(32)) | np.uint32(1)
 
 
-# The proposals at one variable for a group of reads: ``d`` receives each read's change of spin
-# (0 or -2 x), ``x`` and ``flips`` are updated; returns how many reads flipped. One loop each,
-# so that each vectorizes without a branch inside.
-@numba.njit(inline="always", **_OPT)
-def _metropolis(x, f, d, s0, s1, s2, s3, flips, b, scale):
-    moved = 0
-    for k in range(x.shape[0]):
-        u = np.float32(_advance(s0, s1, s2, s3, k) >> np.uint32(9)) * scale
-        xk = x[k]
-        ok = u < expf(np.float32(-2.0) * b * xk * f[k])
-        dk = np.float32(-2.0) * xk if ok else np.float32(0.0)
-        d[k] = dk
-        x[k] = xk + dk
-        flips[k] += ok
-        moved += ok
-    return moved
+def _exp(z):
+    """``e^z`` in the precision of ``z`` (compiled code only): :func:`.chromatic.expf` for
+    float32 (vectorizable), the math library's for float64."""
+    return math.exp(z)
+
+
+@overload(_exp, inline="always")
+def _exp_typed(z):
+    if isinstance(z, types.Float) and z.bitwidth == 32:
+        return lambda z: expf(z)
+    return lambda z: math.exp(z)
 
 
 @numba.njit(inline="always", **_OPT)
-def _gibbs(x, f, d, s0, s1, s2, s3, flips, b, scale):
+def _propose(x, f, d, s0, s1, s2, s3, flips, b, g, one):
+    """The proposals at one variable for a group of reads, one vectorized loop: spin ``x``,
+    field ``f``, schedule value ``b``; a flip (energy change ``dE = 2 x f``) is accepted iff
+    ``u (g + e^{b dE}) < 1`` with ``u`` uniform on (0, 1): Metropolis (``g = 0``: ``u <
+    e^{-b dE}``) or Gibbs (``g = 1``: ``u < 1 / (1 + e^{b dE})``). ``d`` receives each read's
+    change of spin (0 or -2 x), ``x`` and ``flips`` are updated; returns how many reads
+    flipped."""
     moved = 0
+    scale = np.float32(1.0 / (1 << 23))
+    half = np.float32(0.5)
     for k in range(x.shape[0]):
-        u = np.float32(_advance(s0, s1, s2, s3, k) >> np.uint32(9)) * scale
+        u = (np.float32(_advance(s0, s1, s2, s3, k) >> np.uint32(9)) + half) * scale
         xk = x[k]
-        ok = u * (np.float32(1.0) + expf(np.float32(2.0) * b * xk * f[k])) < np.float32(1.0)
-        dk = np.float32(-2.0) * xk if ok else np.float32(0.0)
-        d[k] = dk
-        x[k] = xk + dk
-        flips[k] += ok
-        moved += ok
-    return moved
-
-
-@numba.njit(inline="always", **_OPT)
-def _metropolis_wide(x, f, d, s0, s1, s2, s3, flips, b, scale):
-    moved = 0
-    for k in range(x.shape[0]):
-        u = np.float32(_advance(s0, s1, s2, s3, k) >> np.uint32(9)) * scale
-        xk = x[k]
-        ok = u < math.exp(-2.0 * b * xk * f[k])
-        dk = -2.0 * xk if ok else 0.0
-        d[k] = dk
-        x[k] = xk + dk
-        flips[k] += ok
-        moved += ok
-    return moved
-
-
-@numba.njit(inline="always", **_OPT)
-def _gibbs_wide(x, f, d, s0, s1, s2, s3, flips, b, scale):
-    moved = 0
-    for k in range(x.shape[0]):
-        u = np.float32(_advance(s0, s1, s2, s3, k) >> np.uint32(9)) * scale
-        xk = x[k]
-        ok = u * (1.0 + math.exp(2.0 * b * xk * f[k])) < 1.0
-        dk = -2.0 * xk if ok else 0.0
+        ok = u * (g + _exp(b * (xk + xk) * f[k])) < one
+        dk = -(xk + xk) if ok else xk - xk
         d[k] = dk
         x[k] = xk + dk
         flips[k] += ok
@@ -132,17 +106,18 @@ def _gibbs_wide(x, f, d, s0, s1, s2, s3, flips, b, scale):
 
 
 @numba.njit(**_OPT)
-def anneal_group(J, h, mask, betas, x, st, flips, f, d, gibbs, wide):
+def anneal_group(J, h, mask, betas, x, st, flips, f, d, gibbs):
     """Anneal one group of reads of one model in place.
 
     ``J`` ``(n, n)`` symmetric with a zero diagonal, ``h``, ``mask`` ``(n,)``, ``betas``
     ``(S,)``; ``x`` ``(n, C)`` spins in {-1, +1}, read axis minor; ``st`` ``(4, C)`` the reads'
     generator states; ``flips`` ``(C,)`` int32 receives each read's accepted flips; ``f``
-    ``(n, C)`` and ``d`` ``(C,)`` scratch in the spins' dtype; ``wide``: float64 arithmetic
-    (the math library's ``exp``)."""
+    ``(n, C)`` and ``d`` ``(C,)`` scratch in the spins' dtype (float32 or float64, the
+    arithmetic's precision); ``gibbs``: the Gibbs rule, else Metropolis."""
     n, C = x.shape
     s0, s1, s2, s3 = st[0], st[1], st[2], st[3]
-    scale = np.float32(1.0 / (1 << 23))
+    one = np.ones(1, x.dtype)[0]
+    g = one if gibbs else one - one
     for i in range(n):
         for k in range(C):
             f[i, k] = h[i]
@@ -158,16 +133,7 @@ def anneal_group(J, h, mask, betas, x, st, flips, f, d, gibbs, wide):
         for i in range(n):
             if not mask[i]:
                 continue
-            xi, fi = x[i], f[i]
-            if gibbs:
-                if wide:
-                    moved = _gibbs_wide(xi, fi, d, s0, s1, s2, s3, flips, b, scale)
-                else:
-                    moved = _gibbs(xi, fi, d, s0, s1, s2, s3, flips, b, scale)
-            elif wide:
-                moved = _metropolis_wide(xi, fi, d, s0, s1, s2, s3, flips, b, scale)
-            else:
-                moved = _metropolis(xi, fi, d, s0, s1, s2, s3, flips, b, scale)
+            moved = _propose(x[i], f[i], d, s0, s1, s2, s3, flips, b, g, one)
             if moved:
                 Ji = J[i]
                 for j in range(n):
@@ -178,7 +144,7 @@ def anneal_group(J, h, mask, betas, x, st, flips, f, d, gibbs, wide):
 
 
 @numba.njit(**_OPT)
-def run_units(J, h, mask, betas, x0, seeds, x_out, acc, u0, u1, gibbs, wide):
+def run_units(J, h, mask, betas, x0, seeds, x_out, acc, u0, u1, gibbs):
     """The units ``u0 .. u1 - 1`` of a call, unit ``m * G + g`` the group ``g`` (reads
     ``g C .. (g + 1) C - 1``, :data:`CHUNK` ``= C``) of model ``m``: ``J`` ``(Mj, n, n)``
     (``Mj`` 1: shared), ``h``, ``mask`` ``(M, n)``, ``betas`` ``(M, S)``, ``x0`` and ``x_out``
@@ -200,7 +166,7 @@ def run_units(J, h, mask, betas, x0, seeds, x_out, acc, u0, u1, gibbs, wide):
                 x[i, k] = x0[m, i, r0 + k]
         seed_reads(st, seeds[m, 0], seeds[m, 1], r0)
         anneal_group(J[m if J.shape[0] > 1 else 0], h[m], mask[m], betas[m], x, st, flips, f,
-                     d, gibbs, wide)
+                     d, gibbs)
         for i in range(n):
             for k in range(C):
                 x_out[m, i, r0 + k] = x[i, k]
@@ -222,13 +188,13 @@ def _run(job):
                   carray(ptr(job[8]), (M, n), dtype=np.float64), mask,
                   carray(ptr(job[10]), (M, S), dtype=np.float64),
                   carray(ptr(job[11]), (M, n, R), dtype=np.float64), seeds,
-                  carray(ptr(job[13]), (M, n, R), dtype=np.float64), acc, u0, u1, gibbs, True)
+                  carray(ptr(job[13]), (M, n, R), dtype=np.float64), acc, u0, u1, gibbs)
     else:
         run_units(carray(ptr(job[7]), (Mj, n, n), dtype=np.float32),
                   carray(ptr(job[8]), (M, n), dtype=np.float32), mask,
                   carray(ptr(job[10]), (M, S), dtype=np.float32),
                   carray(ptr(job[11]), (M, n, R), dtype=np.float32), seeds,
-                  carray(ptr(job[13]), (M, n, R), dtype=np.float32), acc, u0, u1, gibbs, False)
+                  carray(ptr(job[13]), (M, n, R), dtype=np.float32), acc, u0, u1, gibbs)
 
 
 @numba.cfunc(ffi.HANDLE_SIG, nopython=True, cache=True)
