@@ -10,7 +10,7 @@ MCMC backend is one):
   model (leading chain axis); ``info`` a dict of fixed-shape arrays (acceptance rate, cluster
   size, ...);
 * ``carries_stream`` (bool), ``prepare(model, beta, num_chains)`` and ``check_model(model)``;
-  optionally ``runs_sweeps(model)`` and ``sweeps_chains(model, states, num_sweeps, beta,
+  optionally ``runs_sweeps(model, num_chains)`` and ``sweeps_chains(model, states, num_sweeps, beta,
   prep)``: a kernel that runs many sweeps per call (a compiled one) then gets a fixed-β run's
   burn-in, and the sweeps before each kept draw, in one call each.
 
@@ -359,7 +359,7 @@ def run_chains(kernel, model, chains: Chains, num_samples: int, *, num_burnin: i
     # a kernel that runs many sweeps per call (runs_sweeps) shares its chains among threads of
     # its own: one lane
     multi = streamed and not scheduled and bool(getattr(kernel, "runs_sweeps",
-                                                        lambda m: False)(flat))
+                                                        lambda m, c: False)(flat, num_chains))
     lanes = (_chain_lanes(B // num_shards(split), num_chains, model.n)
              if streamed and not multi else 1)
     fc = _flatten(chains, batch, B)

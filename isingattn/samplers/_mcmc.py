@@ -88,9 +88,10 @@ class MCMCSampler(Sampler):
     def check_model(self, model):
         """Raise a clear error if this backend cannot sample ``model`` (override)."""
 
-    def runs_sweeps(self, model):
-        """Whether :meth:`sweeps_chains` runs many sweeps of ``model`` in one call (False by
-        default; the driver then steps sweep by sweep)."""
+    def runs_sweeps(self, model, num_chains=None):
+        """Whether :meth:`sweeps_chains` runs many sweeps of ``model`` (with ``num_chains``
+        chains, where known) in one call (False by default; the driver then steps sweep by
+        sweep)."""
         return False
 
     def sweeps_chains(self, model, states, num_sweeps, beta, prep=None):
@@ -134,6 +135,10 @@ class SingleSiteState(NamedTuple):
 
 
 ORDERS = ("auto", "sequential", "random", "chromatic")
+#: Chains per model from which ``backend="auto"`` runs chromatic sweeps on the compiled kernel
+#: (it vectorizes over chains; below this XLA, vectorizing over a colour class, is faster:
+#: ``docs/guide/mcmc.md``).
+KERNEL_MIN_CHAINS = 64
 
 
 class _ChromaticPlan(NamedTuple):
@@ -187,8 +192,10 @@ class SingleSiteSampler(MCMCSampler):
     ``acceptance_rate``, the fraction of updates of unmasked sites that changed the variable.
 
     ``backend``: where chromatic sweeps run: ``"auto"`` (default: the compiled CPU kernel of
-    :mod:`isingattn._kernels.chromatic` where JAX runs on the CPU, else XLA), ``"numba"`` or
-    ``"jax"``. The kernel runs a fixed-β run's burn-in and the sweeps between kept draws in one
+    :mod:`isingattn._kernels.chromatic` where JAX runs on the CPU and a model has at least
+    :data:`KERNEL_MIN_CHAINS` chains, else XLA), ``"numba"`` or ``"jax"``. The kernel vectorizes
+    over chains, XLA over the sites of a colour class: with few chains XLA is the faster. The
+    kernel runs a fixed-β run's burn-in and the sweeps between kept draws in one
     call each, with the chain axis minor throughout; it draws the same uniforms as the XLA sweep
     (same draws, but for an update whose uniform falls within float32's ``exp`` rounding of
     its acceptance probability, about ``1e-7``).
@@ -253,14 +260,19 @@ class SingleSiteSampler(MCMCSampler):
         if self.resolved_order(model) != "chromatic":
             return None
         self.check_model(model)
-        if self.runs_sweeps(model):
+        if self.runs_sweeps(model, num_chains):
             return self._kernel_tables(model)
         return self._chromatic_prep(model)
 
-    def runs_sweeps(self, model):
-        """Chromatic order on the compiled kernel (see the class doc: ``backend``)."""
+    def runs_sweeps(self, model, num_chains=None):
+        """Chromatic order on the compiled kernel (see the class doc: ``backend``): with
+        ``backend="auto"``, only from :data:`KERNEL_MIN_CHAINS` chains (``num_chains``, where
+        known)."""
         from .._kernels import ffi
 
+        if (self.backend == "auto" and num_chains is not None
+                and num_chains < KERNEL_MIN_CHAINS):
+            return False
         return (self.resolved_order(model) == "chromatic" and self._rule is not None
                 and model.dtype in (jnp.float32, jnp.float64)
                 and ffi.resolve_backend(self.backend) == "numba")
@@ -302,7 +314,7 @@ class SingleSiteSampler(MCMCSampler):
         dense = isinstance(model, IsingModel)
         if order == "random" or (order == "sequential" and not dense):
             return super().step_chains(model, states, keys, beta)
-        if self.runs_sweeps(model):
+        if self.runs_sweeps(model, states.x.shape[0]):
             if keys is not None:
                 states = states._replace(rng=jax.vmap(xoshiro_mix)(states.rng, keys))
             return self.sweeps_chains(model, states, 1, beta, prep)

@@ -99,6 +99,20 @@ def test_the_float32_exp():
     assert chromatic.expf(np.float32(-88.0)) == 0.0
 
 
+def test_auto_keeps_few_chains_on_the_xla_sweep():
+    # the kernel vectorizes over chains: "auto" uses it from KERNEL_MIN_CHAINS chains per
+    # model, "numba" always; the draws are the same either way (test above)
+    from isingattn.samplers._mcmc import KERNEL_MIN_CHAINS
+
+    m = _lattice()
+    for name in SAMPLERS:
+        auto, numba = SAMPLERS[name](order="chromatic"), SAMPLERS[name](order="chromatic",
+                                                                         backend="numba")
+        assert not auto.runs_sweeps(m, KERNEL_MIN_CHAINS - 1)
+        assert auto.runs_sweeps(m, KERNEL_MIN_CHAINS) and auto.runs_sweeps(m)
+        assert numba.runs_sweeps(m, 1)
+
+
 def test_errors():
     with pytest.raises(ValueError, match="backend must be one of"):
         GibbsSampler(backend="gpu")
