@@ -15,6 +15,8 @@
   (``GibbsSampler``/``MetropolisSampler``, ``backend=``).
 * :mod:`.simulated`: simulated annealing of dense models (``anneal`` /
   ``SimulatedAnnealingSampler``, ``backend=``).
+* :mod:`.swendsen_wang`: whole Swendsen–Wang steps of grid models (``SwendsenWangSampler``,
+  ``components=``).
 
 One policy decides where a kernel runs, :func:`.ffi.resolve_backend`: ``"auto"`` is the
 compiled kernel where JAX runs on the CPU (and XLA accepted the kernel), else JAX; ``"numba"``

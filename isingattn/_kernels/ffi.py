@@ -11,7 +11,7 @@ reading the wrong memory. :func:`register` registers such a handler once per pro
 of their own (all but :mod:`.union_find`) start them from the handler with ``pthread_create``
 and join them before it returns (:func:`share_out`), and are called through
 :func:`threaded_handler`. Used by :mod:`.union_find`, :mod:`.transfer`, :mod:`.anneal`,
-:mod:`.chain`, :mod:`.chromatic` and :mod:`.simulated`.
+:mod:`.chain`, :mod:`.chromatic`, :mod:`.simulated` and :mod:`.swendsen_wang`.
 """
 
 from __future__ import annotations

@@ -35,6 +35,13 @@ Connected components, by ``components``:
 * ``"auto"`` (default): ``"numba"`` where it can run (JAX on the CPU), else
   ``"jax"``.
 
+With ``"numba"`` (so by default on the CPU), a fixed-beta run of a grid model runs its whole
+steps — bits, bonds, labels, flips and statistics — in a compiled kernel
+(:mod:`isingattn._kernels.swendsen_wang`; ``runs_sweeps``/``sweeps_chains`` of the driver's
+protocol): the burn-in and the steps before each kept draw in one call each, the chains shared
+among its threads. It draws the same words, so it follows the same chain as the JAX step
+(exactly with ``h = 0``; with fields up to an ``exp`` rounding in a flip decision).
+
 On the CPU the compiled union-find makes the fastest step, then the in-JAX labelling, then
 scipy (timings in ``docs/guide/cluster.md``).
 
@@ -143,6 +150,32 @@ class SwendsenWangSampler(MCMCSampler):
         plan = _plan(model)
         return SwendsenWangState(x=jnp.asarray(x0, model.dtype),
                                  rng=xoshiro_seed(key, (plan.lanes,)))
+
+    def runs_sweeps(self, model, num_chains=None):
+        """Whether many steps of ``model`` run in one call of the compiled grid kernel
+        (:mod:`isingattn._kernels.swendsen_wang`): a grid model (see the module docstring) in
+        float32 or float64 whose ``components`` resolve to ``"numba"``, any number of chains."""
+        spin = spin_form(model)
+        return (_plan(spin).grid is not None and spin.dtype in (jnp.float32, jnp.float64)
+                and resolve_components(self.components, True) == "numba")
+
+    def sweeps_chains(self, model, states, num_sweeps, beta, prep=None):
+        """``num_sweeps`` steps of every chain of a grid model in one call of the compiled
+        kernel, continuing the chains' streams (see :meth:`MCMCSampler.sweeps_chains`): the
+        same chain as :meth:`step_chains` with ``keys=None``; ``info`` summed over the steps."""
+        from .._kernels import swendsen_wang
+
+        spin = spin_form(model)
+        slots = _plan(spin).grid[2]  # (2, Lx, Ly) edge index of each grid slot
+        dtype = spin.dtype
+        Jg = jnp.concatenate([spin.active_J, jnp.zeros((1,), dtype)])[slots]
+        s = to_spin(states.x, model.vartype).astype(dtype)
+        s, rng, stats = swendsen_wang.grid_steps(s, states.rng, Jg, spin.active_h, spin.mask,
+                                                 beta, num_sweeps)
+        x = from_spin(s, model.vartype).astype(states.x.dtype)
+        info = {"num_clusters": stats[:, 0], "mean_cluster_size": stats[:, 1],
+                "largest_cluster": stats[:, 2]}
+        return SwendsenWangState(x=x, rng=rng), info
 
     def step(self, model, state, key, beta):
         """One Swendsen–Wang update of one chain (the one-chain case of :meth:`step_chains`)."""
