@@ -406,6 +406,16 @@ def _iv(i, digits=3):
     return f"{i.mean:.{digits}f} ± {i.half_width:.{digits}f}"
 
 
+def _short_message(message):
+    """The trainer's stop message for a table: its first two clauses, a list of parameters
+    counted instead of spelled out."""
+    parts = [p.strip() for p in message.split(";")]
+    if len(parts) > 1 and parts[1].startswith("non-finite gradients of "):
+        count = len(parts[1][len("non-finite gradients of "):].split(","))
+        parts[1] = f"non-finite gradients of {count} parameters"
+    return "; ".join(parts[:2])
+
+
 def markdown(S):
     L = S["lengths"]
     lines = ["### Test accuracy (per closing bracket; mean ± 95% t-interval over seeds)", "",
@@ -455,7 +465,7 @@ def markdown(S):
                        "checkpoint, as the protocol says)"), "",
                   "| point | checkpoint step | trainer's message |", "|---|---|---|"]
         for name, d in sorted(S["diverged"].items()):
-            lines.append(f"| {name} | {d['checkpoint_step']} | {d['message'].split(';')[0]} |")
+            lines.append(f"| {name} | {d['checkpoint_step']} | {_short_message(d['message'])} |")
     extra = S["extra"]
     if extra:
         lines += ["", "### Extra points (test accuracy; mean over seeds)", "",
