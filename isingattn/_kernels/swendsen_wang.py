@@ -38,6 +38,9 @@ _U32 = 8  # XLA_FFI_DataType of uint32
 _JOB = 20  # words of one thread's job
 #: Statistics per chain summed over the steps: clusters, mean cluster size, largest cluster.
 STATS = 3
+#: Below this much work (chains x sites x steps; about 11 ns each) a call runs on one thread:
+#: starting and joining another costs tens of microseconds.
+THREADED_WORK = 1 << 13
 
 _OPT = {"nogil": True, "boundscheck": False, "error_model": "numpy", "cache": True}
 
@@ -217,6 +220,8 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
             or iv[0] < 0):
         return fail(frame, error_args)
     T = min(threads, C)
+    if C * n * max(iv[0], 1) < THREADED_WORK:
+        T = 1
     head = np.array([dt == ffi.F64, C, jd[1], jd[2], iv[0], iv[1], s, st, so, sto, stats, Jg,
                      p, h, mask, beta, 0, 0], np.int64)
     ffi.share_units(_run, head, C, max(T, 1), create, join, worker)
