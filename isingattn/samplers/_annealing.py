@@ -17,9 +17,9 @@ earlier in the block (``O(B)`` per variable), and after the block one matrix pro
 models. On the CPU, dense models are annealed by default in a compiled kernel
 (:mod:`isingattn._kernels.simulated`: the same sweep, with the reads as the vector axis and
 its own random numbers; ``backend="jax"`` selects the JAX sweep). Sparse models are swept
-colour class by colour class (a proper colouring of the graph:
-variables of one class are not coupled, so updating them together is the same as updating them one
-after the other); for a bipartite lattice this is the checkerboard sweep.
+colour class by colour class (a proper colouring of the graph: variables of one class are not
+coupled, so updating them together is the same as updating them one after the other); for a
+bipartite lattice this is the checkerboard sweep.
 
 Every model is annealed in its SPIN form (a BINARY model is converted exactly, as dwave-samplers
 does); states are returned in the model's vartype. Masked variables stay at the low value.
@@ -544,9 +544,9 @@ class SimulatedAnnealingSampler(Sampler):
     ``"custom"``, ``"fixed"``), ``beta_schedule``, ``initial_states`` (``batch + (num_reads,
     n)`` or broadcastable), ``proposal_acceptance_criteria`` (``"Metropolis"``/``"Gibbs"``);
     and ours, ``backend`` (``"auto"``, ``"numba"``, ``"jax"``: where dense models are
-    annealed, see :func:`anneal`). The schedule multiplies the model's energy ``E``, not ``beta * E``; ``"fixed"`` anneals
-    at each model's own ``beta`` throughout (a Boltzmann sampler). Constructor keywords preset
-    any option.
+    annealed, see :func:`anneal`). The schedule multiplies the model's energy ``E``, not
+    ``beta * E``; ``"fixed"`` anneals at each model's own ``beta`` throughout (a Boltzmann
+    sampler). Constructor keywords preset any option.
 
     ``info``: ``beta_range``, ``beta_schedule`` (per sweep), ``acceptance_rate``; energies of
     the reads are ``Samples.energy``.
