@@ -35,7 +35,6 @@ from .ffi import arguments, buffer, dtype_of, fail, prologue, ptr, results, word
 
 TARGET = "isingattn_chromatic_sweeps"
 GIBBS, METROPOLIS = 0, 1
-_U32 = 8  # XLA_FFI_DataType of uint32
 _JOB = 22  # words of one thread's job
 #: Below this much work (chains x sites x sweeps) a call runs on one thread.
 THREADED_WORK = 1 << 18
@@ -265,7 +264,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if dt != ffi.F32 and dt != ffi.F64:
         return fail(frame, error_args)
     x, x_rank, x_dims = buffer(args[0], dt, 2)
-    s, s_rank, s_dims = buffer(args[1], _U32, 3)
+    s, s_rank, s_dims = buffer(args[1], ffi.U32, 3)
     perm, p_rank, _ = buffer(args[2], ffi.S32, 1)
     nbr, n_rank, n_dims = buffer(args[3], ffi.S32, 2)
     Jn, j_rank, _ = buffer(args[4], dt, 2)
@@ -275,7 +274,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     scal, c_rank, _ = buffer(args[8], dt, 1)
     ints, i_rank, _ = buffer(args[9], ffi.S32, 1)
     xo, xo_rank, _ = buffer(rets[0], dt, 2)
-    so, so_rank, _ = buffer(rets[1], _U32, 3)
+    so, so_rank, _ = buffer(rets[1], ffi.U32, 3)
     rate, r_rank, _ = buffer(rets[2], dt, 1)
     if (x_rank != 2 or s_rank != 3 or p_rank != 1 or n_rank != 2 or j_rank != 2
             or h_rank != 1 or m_rank != 1 or b_rank != 1 or c_rank != 1 or i_rank != 1

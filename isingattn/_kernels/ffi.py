@@ -71,7 +71,7 @@ _ARGS_SIZE = _RETS_SIZE = 40  # bytes of XLA_FFI_Args / XLA_FFI_Rets
 _BUFFER_SIZE = 48  # bytes of XLA_FFI_Buffer
 _METADATA_EXTENSION = 1  # XLA_FFI_Extension_Metadata
 _API_VERSION = (0, 1)  # the C API version whose layout this module reads
-PRED, S32, F32, F64 = 1, 4, 11, 12  # XLA_FFI_DataType
+PRED, S32, U32, F32, F64 = 1, 4, 8, 11, 12  # XLA_FFI_DataType
 _INVALID_ARGUMENT = 3  # XLA_FFI_Error_Code
 
 # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}, filled once; the

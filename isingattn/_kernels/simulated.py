@@ -34,8 +34,7 @@ from .chromatic import _advance, expf
 from .ffi import arguments, buffer, dtype_of, fail, prologue, ptr, results, words
 
 TARGET = "isingattn_simulated_annealing"
-_U32 = 8  # XLA_FFI_DataType of uint32
-_JOB = 18  # words of one thread's job
+_JOB = 17  # words of one thread's job
 #: Reads of one model swept together (the vector of one proposal).
 CHUNK = 64
 #: Below this much work (reads x variables x sweeps) a call runs on one thread.
@@ -177,12 +176,12 @@ def run_units(J, h, mask, betas, x0, seeds, x_out, acc, u0, u1, gibbs):
 @numba.njit(nogil=True, cache=True)
 def _run(job):
     """One thread's share: ``job`` = [wide, M, Mj, n, R, S, gibbs, J, h, mask, betas, x0,
-    seeds, x out, acc, (unused), u0, u1]."""
+    seeds, x out, acc, u0, u1]."""
     M, Mj, n, R, S, gibbs = job[1], job[2], job[3], job[4], job[5], job[6] != 0
     mask = carray(ptr(job[9]), (M, n), dtype=np.bool_)
     seeds = carray(ptr(job[12]), (M, 2), dtype=np.uint32)
     acc = carray(ptr(job[14]), (M, R), dtype=np.int32)
-    u0, u1 = job[16], job[17]
+    u0, u1 = job[15], job[16]
     if job[0]:
         run_units(carray(ptr(job[7]), (Mj, n, n), dtype=np.float64),
                   carray(ptr(job[8]), (M, n), dtype=np.float64), mask,
@@ -216,7 +215,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     mask, m_rank, _ = buffer(args[2], ffi.PRED, 2)
     betas, b_rank, b_dims = buffer(args[3], dt, 2)
     x0, x_rank, x_dims = buffer(args[4], dt, 3)
-    seeds, s_rank, _ = buffer(args[5], _U32, 2)
+    seeds, s_rank, _ = buffer(args[5], ffi.U32, 2)
     rule, r_rank, _ = buffer(args[6], ffi.S32, 1)
     xo, xo_rank, _ = buffer(rets[0], dt, 3)
     acc, a_rank, _ = buffer(rets[1], ffi.S32, 2)
@@ -233,7 +232,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if M * R * n * max(S, 1) < THREADED_WORK:
         T = 1
     head = np.array([dt == ffi.F64, M, jd[0], n, R, S, gibbs, J, h, mask, betas, x0, seeds,
-                     xo, acc, 0], np.int64)
+                     xo, acc], np.int64)
     ffi.share_units(_run, head, units, max(T, 1), create, join, worker)
     return ptr(0)
 

@@ -34,8 +34,7 @@ from .ffi import arguments, buffer, dtype_of, fail, prologue, ptr, results, word
 from .union_find import label_grid
 
 TARGET = "isingattn_swendsen_wang_grid"
-_U32 = 8  # XLA_FFI_DataType of uint32
-_JOB = 20  # words of one thread's job
+_JOB = 18  # words of one thread's job
 #: Statistics per chain summed over the steps: clusters, mean cluster size, largest cluster.
 STATS = 3
 #: Below this much work (chains x sites x steps; about 11 ns each) a call runs on one thread:
@@ -158,14 +157,14 @@ def run_chains(s_in, st_in, s_out, st_out, stats, Jg, p, h, mask, beta, num_step
 @numba.njit(nogil=True, cache=True)
 def _run(job):
     """One thread's share: ``job`` = [wide, C, Lx, Ly, num_steps, has_field, s, st, s out,
-    st out, stats, Jg, p, h, mask, scalars, (unused) x 2, c0, c1]."""
+    st out, stats, Jg, p, h, mask, scalars, c0, c1]."""
     C, Lx, Ly, num_steps, has_field = job[1], job[2], job[3], job[4], job[5] != 0
     n = Lx * Ly
     st = carray(ptr(job[7]), (4, C, n), dtype=np.uint32)
     st_out = carray(ptr(job[9]), (4, C, n), dtype=np.uint32)
     stats = carray(ptr(job[10]), (C, STATS), dtype=np.float32)
     mask = carray(ptr(job[14]), (n,), dtype=np.bool_)
-    c0, c1 = job[18], job[19]
+    c0, c1 = job[16], job[17]
     if job[0]:
         run_chains(carray(ptr(job[6]), (C, n), dtype=np.float64), st,
                    carray(ptr(job[8]), (C, n), dtype=np.float64), st_out, stats,
@@ -199,7 +198,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if dt != ffi.F32 and dt != ffi.F64:
         return fail(frame, error_args)
     s, s_rank, s_dims = buffer(args[0], dt, 2)
-    st, st_rank, st_dims = buffer(args[1], _U32, 3)
+    st, st_rank, st_dims = buffer(args[1], ffi.U32, 3)
     Jg, j_rank, j_dims = buffer(args[2], dt, 3)
     p, p_rank, _ = buffer(args[3], dt, 3)
     h, h_rank, _ = buffer(args[4], dt, 1)
@@ -207,7 +206,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     beta, b_rank, _ = buffer(args[6], dt, 1)
     ints, i_rank, _ = buffer(args[7], ffi.S32, 1)
     so, so_rank, _ = buffer(rets[0], dt, 2)
-    sto, sto_rank, _ = buffer(rets[1], _U32, 3)
+    sto, sto_rank, _ = buffer(rets[1], ffi.U32, 3)
     stats, t_rank, _ = buffer(rets[2], ffi.F32, 2)
     if (s_rank != 2 or st_rank != 3 or j_rank != 3 or p_rank != 3 or h_rank != 1
             or m_rank != 1 or b_rank != 1 or i_rank != 1 or so_rank != 2 or sto_rank != 3
@@ -223,7 +222,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if C * n * max(iv[0], 1) < THREADED_WORK:
         T = 1
     head = np.array([dt == ffi.F64, C, jd[1], jd[2], iv[0], iv[1], s, st, so, sto, stats, Jg,
-                     p, h, mask, beta, 0, 0], np.int64)
+                     p, h, mask, beta], np.int64)
     ffi.share_units(_run, head, C, max(T, 1), create, join, worker)
     return ptr(0)
 
@@ -239,14 +238,15 @@ def register():
     return ffi.register_threaded(TARGET, _handle, _worker)
 
 
-def grid_steps(s, rng, Jg, h, mask, beta, num_steps):
+def grid_steps(s, rng, Jg, p, h, mask, beta, num_steps):
     """``num_steps`` Swendsen–Wang steps of the chains of one grid model, in one compiled call.
 
     Args:
       s: ``(C, n)`` float32 or float64 spins in {-1, +1}, ``n = Lx * Ly`` in row-major order;
       rng: 4 uint32 arrays ``(C, n)``, the chains' xoshiro128** lanes (one per site);
       Jg: ``(2, Lx, Ly)`` the couplings of the grid slots (slot 0: the edge to the right,
-        slot 1: the edge below, modulo the grid; 0 where the graph has no such edge);
+        slot 1: the edge below, modulo the grid; 0 where the graph has no such edge); p: their
+        bond probabilities ``1 - e^{-2 beta |J|}`` (the sampler's bond rule);
       h, mask: ``(n,)``; beta: scalar; num_steps: int (may be traced).
 
     Returns ``(s, rng, stats)``: the spins and lanes after the steps and per chain the sums over
@@ -255,13 +255,11 @@ def grid_steps(s, rng, Jg, h, mask, beta, num_steps):
     register()
     dt = s.dtype
     C, n = s.shape
-    Jg = jnp.asarray(Jg, dt)
     beta = jnp.asarray(beta, dt)
-    p = -jnp.expm1(-2 * beta * jnp.abs(Jg))  # the bond rule's probability (_clusters)
     h = jnp.asarray(h, dt)
     ints = jnp.stack([jnp.asarray(num_steps, jnp.int32),
                       jnp.any(h != 0).astype(jnp.int32)])
-    ins = (s, jnp.stack(rng), Jg, p, h, jnp.asarray(mask, bool), beta.reshape(1), ints)
+    ins = (s, jnp.stack(rng), jnp.asarray(Jg, dt), jnp.asarray(p, dt), h, jnp.asarray(mask, bool), beta.reshape(1), ints)
     shapes = [((C, n), dt), ((4, C, n), jnp.uint32), ((C, STATS), jnp.float32)]
     so, sto, stats = jax.ffi.ffi_call(
         TARGET, [_vma.result_like(sh, d, s) for sh, d in shapes],

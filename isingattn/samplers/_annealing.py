@@ -495,27 +495,22 @@ def _anneal_jit(model, key, beta_range, beta_schedule, initial_states, *, num_re
         run = functools.partial(_run_sparse, gibbs=gibbs, graph=spin.graph)
         x, acc = map_models(run, split, Jpad, h, mask, betas_f, x0f, seeds,
                             shared=(0,) if Jpad.ndim == 1 else ())
-    elif backend == "numba" and dt in (jnp.float32, jnp.float64):
-        J = spin.active_J
-        shared = J.ndim == 2
-        if not shared:
-            J = jnp.broadcast_to(J, batch + (n, n)).reshape(M, n, n)
-        run = functools.partial(_run_dense_kernel, gibbs=gibbs)
-        x, acc = map_models(run, split, J, h, mask, betas_f.astype(dt), x0f, seeds,
-                            shared=(0,) if shared else ())
     else:
-        block = min(_BLOCK, n)
-        pad = -n % block
         J = spin.active_J
         shared = J.ndim == 2  # one J for the whole batch (and an unbatched mask)
         if not shared:
             J = jnp.broadcast_to(J, batch + (n, n)).reshape(M, n, n)
-        if pad:
-            J = jnp.pad(J, [(0, 0)] * (J.ndim - 2) + [(0, pad), (0, pad)])
-            h = jnp.pad(h, [(0, 0), (0, pad)])
-            mask = jnp.pad(mask, [(0, 0), (0, pad)])
-            x0f = jnp.pad(x0f, [(0, 0), (0, pad), (0, 0)], constant_values=-1.0)
-        run = functools.partial(_run_dense, gibbs=gibbs, block=block)
+        if backend == "numba" and dt in (jnp.float32, jnp.float64):
+            run = functools.partial(_run_dense_kernel, gibbs=gibbs)
+        else:
+            block = min(_BLOCK, n)
+            pad = -n % block
+            if pad:
+                J = jnp.pad(J, [(0, 0)] * (J.ndim - 2) + [(0, pad), (0, pad)])
+                h = jnp.pad(h, [(0, 0), (0, pad)])
+                mask = jnp.pad(mask, [(0, 0), (0, pad)])
+                x0f = jnp.pad(x0f, [(0, 0), (0, pad), (0, 0)], constant_values=-1.0)
+            run = functools.partial(_run_dense, gibbs=gibbs, block=block)
         x, acc = map_models(run, split, J, h, mask, betas_f, x0f, seeds,
                             shared=(0,) if shared else ())
         x = x[:, :n]

@@ -44,12 +44,18 @@ def edge_list(model):
     return u.astype(np.int32), v.astype(np.int32), model.active_J[u, v]
 
 
+def bond_probability(J, beta):
+    """``1 - exp(-2 beta |J|)``: the probability that a satisfied edge of coupling ``J`` is
+    bonded (also what the compiled Swendsen–Wang kernel is given)."""
+    return -jnp.expm1(-2 * beta * jnp.abs(J))
+
+
 def bonds_from_uniforms(J, s_u, s_v, u01, beta):
     """Fortuin–Kasteleyn bonds from uniforms ``u01`` in [0, 1): an edge of coupling ``J`` between
-    SPIN values ``s_u``, ``s_v`` is bonded with probability ``1 - exp(-2 beta |J|)`` when
+    SPIN values ``s_u``, ``s_v`` is bonded with probability :func:`bond_probability` when
     satisfied (``J s_u s_v > 0``), never otherwise. Broadcasting bool; the one statement of
     the bond rule (every cluster sampler draws its uniforms its own way)."""
-    return (J * s_u * s_v > 0) & (u01 < -jnp.expm1(-2 * beta * jnp.abs(J)))
+    return (J * s_u * s_v > 0) & (u01 < bond_probability(J, beta))
 
 
 def fk_bonds(key, s, u, v, J, beta):

@@ -81,6 +81,7 @@ from ._clusters import (
     _plan,
     _roll,
     _slot_bonds,
+    bond_probability,
     bonds_from_uniforms,
     components_jax,
     components_scipy,
@@ -170,8 +171,8 @@ class SwendsenWangSampler(MCMCSampler):
         dtype = spin.dtype
         Jg = jnp.concatenate([spin.active_J, jnp.zeros((1,), dtype)])[slots]
         s = to_spin(states.x, model.vartype).astype(dtype)
-        s, rng, stats = swendsen_wang.grid_steps(s, states.rng, Jg, spin.active_h, spin.mask,
-                                                 beta, num_sweeps)
+        s, rng, stats = swendsen_wang.grid_steps(s, states.rng, Jg, bond_probability(Jg, beta),
+                                                 spin.active_h, spin.mask, beta, num_sweeps)
         x = from_spin(s, model.vartype).astype(states.x.dtype)
         info = {"num_clusters": stats[:, 0], "mean_cluster_size": stats[:, 1],
                 "largest_cluster": stats[:, 2]}

@@ -105,9 +105,8 @@ def test_auto_keeps_few_chains_on_the_xla_sweep():
     from isingattn.samplers._mcmc import KERNEL_MIN_CHAINS
 
     m = _lattice()
-    for name in SAMPLERS:
-        auto, numba = SAMPLERS[name](order="chromatic"), SAMPLERS[name](order="chromatic",
-                                                                         backend="numba")
+    for cls in SAMPLERS.values():
+        auto, numba = cls(order="chromatic"), cls(order="chromatic", backend="numba")
         assert not auto.runs_sweeps(m, KERNEL_MIN_CHAINS - 1)
         assert auto.runs_sweeps(m, KERNEL_MIN_CHAINS) and auto.runs_sweeps(m)
         assert numba.runs_sweeps(m, 1)
