@@ -17,7 +17,7 @@ the rotations of two qubits are applied in one pass over the amplitudes (half th
 stores of one pass per qubit); the phases use a polynomial sine and cosine that the compiler
 vectorizes (with the math library's scalar ``sin``/``cos`` the phases took more than half of
 the kernel's time); and the models are shared out among threads of the kernel's own
-(:func:`.ffi.share_units`). The
+(contiguous ranges of about equal work: the step count may differ between models). The
 arithmetic is float64 whatever the dtype of the energies (the result is rounded to the output
 dtype). Timings: ``docs/guide/diabatic.md``.
 """
@@ -40,7 +40,7 @@ TARGET = "isingattn_anneal_state_vector"
 #: Below this much work (models x amplitudes x qubits x sub-steps) a call runs on one thread.
 THREADED_WORK = 1 << 24
 _C64, _C128 = 15, 18  # XLA_FFI_DataType of complex64, complex128
-_JOB = 13  # words of one thread's job
+_JOB = 14  # words of one thread's job
 #: Steps up to which the sub-steps' coefficients are tabulated once per call (beyond, as long
 #: an anneal as 2000 ns may need, each model computes them as it goes: no table of gigabytes);
 #: a count below 1 (a traced count from non-finite fields) runs no step, as a loop would.
@@ -187,18 +187,24 @@ def _rotate_one(re, im, size, bit, c, s):
             re[b], im[b] = c * rb - s * ia, c * ib + s * ra
 
 @numba.njit(**_OPT)
-def evolve_models(energy, active, tables, t_a, num_steps, order, out, m0, m1):
-    """Final states ``out[m]`` ``(2^k,)`` complex of the models ``m0 .. m1 - 1``: energies
+def evolve_models(energy, active, tables, t_a, steps, order, out, perm, m0, m1):
+    """Final states ``out[m]`` ``(2^k,)`` complex of the models ``m = perm[m0 .. m1 - 1]``
+    (``perm`` orders the models by their counts, so that models with the same count run one
+    after another): energies
     ``energy`` ``(M, 2^k)``, qubits in use ``active`` ``(M, k)``, schedule ``tables``
-    ``(3, P)`` (``s``, ``A``, ``B``), anneal time ``t_a`` (ns), ``num_steps`` steps of the
-    product formula of ``order`` (2 or 4).
+    ``(3, P)`` (``s``, ``A``, ``B``), anneal time ``t_a`` (ns), ``steps[m]`` steps of the
+    product formula of ``order`` (2 or 4) for model ``m``.
 
     Each model is evolved on a register of its active qubits only: the energy does not depend on
     the unused ones, so their states are the entries with those bits 0 (gathered), and the
     result is scattered back with every entry that has an unused qubit at 1 set to 0 (the
-    projection ``_evolve._evolve_one`` makes at the end, without simulating them)."""
+    projection ``_evolve._evolve_one`` makes at the end, without simulating them). The
+    sub-steps' coefficients are tabulated again only where a model's count differs from the
+    previous model's (the automatic counts are rounded to a few significant bits, so a batch
+    has few distinct ones)."""
     k = active.shape[1]
     weights = step_weights(order)
+    num_steps = steps[perm[m0]] if m1 > m0 else 0
     table = num_steps <= _TABLE_STEPS
     T, coef, cs, sn, pending, cum, h_t = substeps(tables, t_a, num_steps, weights, table)
     size = energy.shape[1]
@@ -207,7 +213,13 @@ def evolve_models(energy, active, tables, t_a, num_steps, order, out, m0, m1):
     E = np.empty(size)
     full = np.empty(size, np.int64)  # register index of each state of the small register
     pos = np.empty(k, np.int64)
-    for m in range(m0, m1):
+    for i in range(m0, m1):
+        m = perm[i]
+        if steps[m] != num_steps:
+            num_steps = steps[m]
+            table = num_steps <= _TABLE_STEPS
+            T, coef, cs, sn, pending, cum, h_t = substeps(tables, t_a, num_steps, weights,
+                                                          table)
         ka = 0
         for q in range(k):
             if active[m, q]:
@@ -251,27 +263,31 @@ def evolve_models(energy, active, tables, t_a, num_steps, order, out, m0, m1):
 @numba.njit(nogil=True, cache=True)
 def _run(job):
     """One thread's share: ``job`` = [dtype, M, size, k, P, energy, active, tables, t_a,
-    steps and order, out, m0, m1]."""
+    order and steps, out, the order of the models, m0, m1]."""
     M, size, k, P = job[1], job[2], job[3], job[4]
     active = carray(ptr(job[6]), (M, k), dtype=np.bool_)
-    ints = carray(ptr(job[9]), (2,), dtype=np.int32)
+    ints = carray(ptr(job[9]), (M + 1,), dtype=np.int32)
+    order, steps = ints[0], ints[1:]
     if job[0] == ffi.F32:
         evolve_models(carray(ptr(job[5]), (M, size), dtype=np.float32), active,
                       carray(ptr(job[7]), (3, P), dtype=np.float32),
-                      carray(ptr(job[8]), (1,), dtype=np.float32)[0], ints[0], ints[1],
-                      carray(ptr(job[10]), (M, size), dtype=np.complex64), job[11], job[12])
+                      carray(ptr(job[8]), (1,), dtype=np.float32)[0], steps, order,
+                      carray(ptr(job[10]), (M, size), dtype=np.complex64),
+                      carray(ptr(job[11]), (M,), dtype=np.int64), job[12], job[13])
     else:
         evolve_models(carray(ptr(job[5]), (M, size), dtype=np.float64), active,
                       carray(ptr(job[7]), (3, P), dtype=np.float64),
-                      carray(ptr(job[8]), (1,), dtype=np.float64)[0], ints[0], ints[1],
-                      carray(ptr(job[10]), (M, size), dtype=np.complex128), job[11], job[12])
+                      carray(ptr(job[8]), (1,), dtype=np.float64)[0], steps, order,
+                      carray(ptr(job[10]), (M, size), dtype=np.complex128),
+                      carray(ptr(job[11]), (M,), dtype=np.int64), job[12], job[13])
 
 @numba.cfunc(ffi.HANDLE_SIG, nopython=True, cache=True)
 def _handle(frame_ptr, create, join, worker, error_args, threads):
     """The custom call: check the frame (five arguments: energies, active qubits, schedule
-    tables, anneal time, step count and order; one complex result), share the models out among threads and
-    run them. Addresses and the thread count come in as arguments (:func:`.ffi.threaded_handler`),
-    so that the compiled code can be cached on disk."""
+    tables, anneal time, the order followed by each model's step count; one complex result),
+    share the models out among threads in ranges of about equal work and run them. Addresses
+    and the thread count come in as arguments (:func:`.ffi.threaded_handler`), so that the
+    compiled code can be cached on disk."""
     frame, done, answer = prologue(frame_ptr, 5, error_args)
     if done:
         return answer
@@ -292,19 +308,44 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     adims = words(a_dims, rank)
     tdims = words(t_dims, 2)
     size, k = dims[rank - 1], adims[rank - 1]
-    steps_order = carray(ptr(ints), (2,), dtype=np.int32)
-    num_steps, order = steps_order[0], steps_order[1]
-    if (size != 1 << k or tdims[0] != 3 or tdims[1] < 1 or words(s_dims, 1)[0] != 2
-            or (order != 2 and order != 4)):
-        return fail(frame, error_args)
     M = lead(dims, rank, 1)
-    if M != lead(adims, rank, 1):
+    if M != lead(adims, rank, 1) or words(s_dims, 1)[0] != M + 1:
         return fail(frame, error_args)
+    counts = carray(ptr(ints), (M + 1,), dtype=np.int32)
+    order = counts[0]
+    if size != 1 << k or tdims[0] != 3 or tdims[1] < 1 or (order != 2 and order != 4):
+        return fail(frame, error_args)
+    # the models in the order of their counts (equal counts share the sub-steps' table), each
+    # model's work (amplitudes x qubits x sub-steps; its register may be smaller, the count is
+    # what varies): the threads get contiguous ranges of that order of about equal total work
+    perm = np.argsort(counts[1:], kind="mergesort")
+    work = np.empty(M + 1, np.float64)
+    work[0] = 0.0
+    for i in range(M):
+        work[i + 1] = work[i] + max(counts[1 + perm[i]], 1)
+    total = work[M] * size * max(k, 1) * (order - 1)
     T = min(threads, M)
-    if M * size * max(k, 1) * max(num_steps, 1) * (order - 1) < THREADED_WORK:
+    if total < THREADED_WORK:
         T = 1
-    head = np.array([dt, M, size, k, tdims[1], energy, active, tables, t_a, ints, out], np.int64)
-    ffi.share_units(_run, head, M, T, create, join, worker)
+    # one buffer for the job rows and the order, which the threads read: held by the rows'
+    # view until they are done (a separate array would be freed after its last use here)
+    rows = max(T, 1)
+    block = np.empty(rows * _JOB + M, np.int64)
+    block[rows * _JOB:] = perm
+    jobs = block[:rows * _JOB].reshape((rows, _JOB))
+    order_at = block.ctypes.data + 8 * rows * _JOB
+    i = 0
+    for t in range(rows):
+        jobs[t, 0], jobs[t, 1], jobs[t, 2], jobs[t, 3], jobs[t, 4] = dt, M, size, k, tdims[1]
+        jobs[t, 5], jobs[t, 6], jobs[t, 7], jobs[t, 8] = energy, active, tables, t_a
+        jobs[t, 9], jobs[t, 10], jobs[t, 11] = ints, out, order_at
+        jobs[t, 12] = i
+        while i < M and work[i + 1] * T <= work[M] * (t + 1):
+            i += 1
+        if t == T - 1:
+            i = M
+        jobs[t, 13] = i
+    ffi.share_out(_run, jobs, T, create, join, worker)
     return ptr(0)
 
 @numba.cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
@@ -324,8 +365,8 @@ def evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order):
       energy: ``(M, 2^k)`` float32 or float64, each model's problem energy over its register.
       active: ``(M, k)`` bool, the qubits that carry a variable (the others are projected out).
       s_tab, A_tab, B_tab: ``(P,)`` the schedule table (``A``, ``B`` in GHz at ``s``).
-      t_a: the anneal time (ns), a scalar; num_steps: the number of steps, an int32 scalar (may
-        be traced); order: 2 or 4, the product formula (static).
+      t_a: the anneal time (ns), a scalar; num_steps: the number of steps, an int32 scalar or
+        ``(M,)`` (each model's own; may be traced); order: 2 or 4, the product formula (static).
 
     Returns ``(M, 2^k)`` complex64 (complex128 for float64 energies): the amplitudes
     ``_evolve._evolve_one`` computes, in float64 arithmetic. Raises ``ValueError`` for
@@ -342,11 +383,15 @@ def evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order):
             energy.shape[1] != 1 << active.shape[1]):
         raise ValueError(f"energy must be (M, 2^k) and active (M, k); got energy {energy.shape}, "
                          f"active {active.shape}")
+    M = energy.shape[0]
+    steps = jnp.asarray(num_steps, jnp.int32)
+    if steps.ndim > 1 or (steps.ndim == 1 and steps.shape[0] != M):
+        raise ValueError(f"num_steps must be a scalar or (M,) = ({M},); got shape {steps.shape}")
     cdt = jnp.complex64 if dt == jnp.float32 else jnp.complex128
-    if energy.shape[0] == 0:
+    if M == 0:
         return jnp.zeros(energy.shape, cdt)
     tables = jnp.stack([jnp.asarray(s_tab, dt), jnp.asarray(A_tab, dt), jnp.asarray(B_tab, dt)])
-    ints = jnp.stack([jnp.asarray(num_steps, jnp.int32), jnp.int32(order)])
+    ints = jnp.concatenate([jnp.full((1,), order, jnp.int32), jnp.broadcast_to(steps, (M,))])
     return jax.ffi.ffi_call(TARGET, _vma.result_like(energy.shape, cdt, energy, active),
                             vmap_method="sequential")(energy, active, tables,
                                                       jnp.asarray(t_a, dt), ints)

@@ -17,6 +17,7 @@ from ._effective import (
     single_effective_beta,
 )
 from ._evolve import (
+    COUNT_BITS,
     DEFAULT_TOLERANCE,
     MAX_QUBITS,
     MAX_TABLE_N,
@@ -47,6 +48,7 @@ from ._schedule import (
 )
 
 __all__ = [
+    "COUNT_BITS",
     "DEFAULT_TOLERANCE",
     "EXPANSIONS",
     "MAX_QUBITS",

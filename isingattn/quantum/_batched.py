@@ -14,6 +14,7 @@ output distribution is the one :func:`isingattn.quantum.output_distribution` giv
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -22,6 +23,7 @@ from ..models import Vartype
 from ._evolve import (
     _ERROR_CONSTANT,
     _MAX_STEP_PHASE,
+    COUNT_BITS,
     MAX_QUBITS,
     MIN_STEPS,
     _evolve_batch,
@@ -33,9 +35,10 @@ from ._evolve import (
 
 def traced_num_steps(schedule, annealing_time, flip_scale, *, order=4, tolerance=1e-4,
                      min_steps=MIN_STEPS):
-    """:func:`isingattn.quantum.default_num_steps` for a traced ``flip_scale``: the same rule
-    (phase per step ``min(0.25, (tolerance / (c_p Phi))^(1/p))``, at least ``min_steps``), as a
-    traced int32."""
+    """:func:`isingattn.quantum.default_num_steps` for a traced ``flip_scale`` (a scalar, or an
+    array: one count per entry): the same rule (phase per step
+    ``min(0.25, (tolerance / (c_p Phi))^(1/p))``, at least ``min_steps``, rounded up to
+    ``COUNT_BITS`` significant bits), as traced int32."""
     rdtype = _real_dtype()
     intA = float(np.trapezoid(schedule.A, schedule.s))
     intB = float(np.trapezoid(schedule.B, schedule.s))
@@ -43,7 +46,9 @@ def traced_num_steps(schedule, annealing_time, flip_scale, *, order=4, tolerance
     safe = jnp.maximum(phi_total, 1e-30)
     phi = jnp.minimum(_MAX_STEP_PHASE, (tolerance / (_ERROR_CONSTANT[order] * safe))
                       ** (1.0 / order))
-    n = jnp.maximum(min_steps, jnp.ceil(phi_total / phi))
+    n = jnp.maximum(min_steps, jnp.ceil(phi_total / phi)).astype(jnp.int32)
+    e = jnp.maximum(0, 32 - jax.lax.clz(n) - COUNT_BITS)  # rounded up to COUNT_BITS bits
+    n = ((n + (1 << e) - 1) >> e) << e
     return jnp.where(phi_total > 0, n, 1).astype(jnp.int32)
 
 
@@ -52,8 +57,9 @@ def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None
     """``total`` measurements of the anneal of every model of the batch, traceable.
 
     Returns ``(spins, num_steps)``: spins ``batch + (total, n)`` in the model's vartype (masked
-    variables at the low value) and the (traced) number of integration steps used, the same for
-    the whole batch (the automatic count of its largest flip scale). ``n <= MAX_QUBITS``.
+    variables at the low value) and the (traced) integration steps of each model, ``batch``
+    int32: ``num_steps`` where given, else each model's automatic count from its own flip scale
+    (a model with weak fields does not run the steps a strong one needs). ``n <= MAX_QUBITS``.
     ``backend``: where the state vectors evolve, as in :func:`isingattn.quantum.evolve`.
     """
     backend = ffi.resolve_backend(backend)
@@ -71,11 +77,11 @@ def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None
     active = jnp.broadcast_to(spin.mask, batch + (n,)).reshape(-1, n)
     M = h.shape[0]
     if num_steps is None:
-        flip = jnp.max(jnp.abs(h) + jnp.sum(jnp.abs(J), axis=-1)) if M else 0.0
+        flip = jnp.max(jnp.abs(h) + jnp.sum(jnp.abs(J), axis=-1), axis=-1, initial=0.0)
         steps = traced_num_steps(schedule, annealing_time, flip, order=order,
                                  tolerance=tolerance, min_steps=min_steps)
     else:
-        steps = jnp.asarray(num_steps, jnp.int32)
+        steps = jnp.full((M,), num_steps, jnp.int32)
     energy = problem_energies(h, J)
     amps = _evolve_batch(
         energy, active, jnp.asarray(schedule.s, rdtype), jnp.asarray(schedule.A, rdtype),
@@ -86,4 +92,4 @@ def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None
     idx = sample_register(key, probs, total)  # (M, total); bit i = variable i
     bits = (idx[..., None] >> jnp.arange(n, dtype=idx.dtype)) & 1
     states = bits if model.vartype is Vartype.BINARY else 2 * bits - 1
-    return states.astype(model.dtype).reshape(batch + (total, n)), steps
+    return states.astype(model.dtype).reshape(batch + (total, n)), steps.reshape(batch)

@@ -53,6 +53,8 @@ _MAX_STEP_PHASE = 0.25
 #: anneal is so short that the phases alone would allow fewer (measured on the D-Wave-like
 #: schedule: 16 steps leave a relative error of 2e-4 in p - uniform, 64 steps 2e-5).
 MIN_STEPS = 64
+#: Significant bits the automatic step count is rounded up to (see :func:`default_num_steps`).
+COUNT_BITS = 4
 _ERROR_CONSTANT = {2: 1e-2, 4: 2e-3}
 
 
@@ -89,11 +91,16 @@ class Problem(NamedTuple):
         return self.h.shape[-1]
 
     @property
+    def flip_scales(self) -> np.ndarray:
+        """``(M,)``: each model's ``max_i (|h_i| + sum_j |J_ij|)``, its largest single-flip
+        half-energy (0 for a model without variables)."""
+        flips = np.abs(self.h) + np.sum(np.abs(self.J), axis=-1)
+        return np.max(flips, axis=-1, initial=0.0)
+
+    @property
     def flip_scale(self) -> float:
         """``max_i (|h_i| + sum_j |J_ij|)``: the largest single-flip half-energy in the batch."""
-        if self.h.size == 0:
-            return 0.0
-        return float(np.max(np.abs(self.h) + np.sum(np.abs(self.J), axis=-1)))
+        return float(np.max(self.flip_scales, initial=0.0))
 
 
 def _too_large(k, n):
@@ -232,15 +239,18 @@ def _evolve_one(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, weights):
 
 @functools.partial(jax.jit, static_argnames=("order", "backend"))
 def _evolve_batch(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order, backend="jax"):
-    """Final states ``(M, 2^k)`` of every model: on ``backend`` ``"numba"`` by the compiled
-    kernel (:mod:`isingattn._kernels.anneal`, float64 arithmetic), on ``"jax"`` by
-    :func:`_evolve_one` mapped over the batch."""
+    """Final states ``(M, 2^k)`` of every model, ``num_steps`` steps (a scalar, or ``(M,)``:
+    each model's own): on ``backend`` ``"numba"`` by the compiled kernel
+    (:mod:`isingattn._kernels.anneal`, float64 arithmetic), on ``"jax"`` by :func:`_evolve_one`
+    mapped over the batch."""
     if backend == "numba":
         return anneal.evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order)
     weights = _SUBSTEPS[order]
-    fn = lambda e, a: _evolve_one(e, a, s_tab, A_tab, B_tab, t_a, num_steps, weights)
+    fn = lambda e, a, n: _evolve_one(e, a, s_tab, A_tab, B_tab, t_a, n, weights)
     k = active.shape[-1]
-    return jax.lax.map(lambda t: fn(*t), (energy, active), batch_size=max(1, (1 << 16) >> k))
+    steps = jnp.broadcast_to(jnp.asarray(num_steps, jnp.int32), energy.shape[:1])
+    return jax.lax.map(lambda t: fn(*t), (energy, active, steps),
+                       batch_size=max(1, (1 << 16) >> k))
 
 
 def check_annealing_time(annealing_time) -> float:
@@ -284,24 +294,28 @@ def default_num_steps(
     ``rtol = 1e-12``, linear and D-Wave-like schedules, random dense models) to stay below
     ``c_p Phi phi^p`` with ``c_2 = 1e-2``, ``c_4 = 2e-3`` (the measured constants were 3e-3
     and 1.3e-3 at most). So ``phi = (tolerance / (c_p Phi))^(1/p)``, capped at 0.25 rad; at
-    least :data:`MIN_STEPS` steps.
+    least :data:`MIN_STEPS` steps; rounded up to :data:`COUNT_BITS` significant bits (at most
+    1/8 more steps), so that the models of a batch, each with its own count, have few distinct
+    counts (the compiled kernel tabulates the sub-steps once per count).
     """
     phi_total = total_phase(schedule, annealing_time, flip_scale)
     if phi_total == 0:
         return 1
     phi = min(_MAX_STEP_PHASE, (tolerance / (_ERROR_CONSTANT[order] * phi_total)) ** (1 / order))
-    return max(MIN_STEPS, math.ceil(phi_total / phi))
+    n = max(MIN_STEPS, math.ceil(phi_total / phi))
+    e = max(0, n.bit_length() - COUNT_BITS)
+    return ((n + (1 << e) - 1) >> e) << e
 
 
 class Evolution(NamedTuple):
     """Result of :func:`evolve`: ``amplitudes`` ``(M, 2^k)`` complex, the final state of each
     model's register (``M`` the flattened batch, ``k`` qubits); ``problem``, the
-    :class:`Problem` it ran on; ``num_steps`` and ``order``, the time steps and the order of the
-    product formula used."""
+    :class:`Problem` it ran on; ``num_steps`` ``(M,)`` int, each model's time steps, and
+    ``order``, the order of the product formula used."""
 
     amplitudes: jax.Array  # (M, 2^k)
     problem: Problem
-    num_steps: int
+    num_steps: np.ndarray  # (M,)
     order: int
 
 
@@ -310,8 +324,9 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     """Simulate the anneal ``H(s) = -A(s)/2 sum_i X_i + B(s)/2 H_problem`` of every model of the
     batch on its compact register (:func:`prepare`), from the ground state of the driver, over
     ``annealing_time`` (ns) along ``schedule`` (a name or an ``AnnealingSchedule``), by a
-    product formula of ``order`` (2 or 4) in ``num_steps`` steps (default: enough for
-    ``tolerance`` by the step-count rule of the module doc), on ``backend``: ``"auto"``
+    product formula of ``order`` (2 or 4) in ``num_steps`` steps (an int, or one per model of
+    the batch; default: each model enough for ``tolerance`` by the step-count rule of the
+    module doc, from its own flip scale), on ``backend``: ``"auto"``
     (default: the compiled CPU kernel where JAX runs on the CPU, else JAX), ``"numba"`` or
     ``"jax"`` (same integrator; the kernel computes in float64 whatever the dtype). Returns an
     :class:`Evolution`; sample it with :func:`sample_register` / :func:`register_to_states`.
@@ -326,24 +341,33 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"tolerance must be a finite number > 0; got {tolerance!r}")
     prob = prepare(model)
+    M = prob.h.shape[0]
     if num_steps is None:
-        num_steps = default_num_steps(
-            schedule, t_a, prob.flip_scale, order=order, tolerance=tolerance
-        )
-    num_steps = check_positive_int("num_steps", num_steps)
+        steps = np.array([default_num_steps(schedule, t_a, float(f), order=order,
+                                            tolerance=tolerance) for f in prob.flip_scales],
+                         np.int32).reshape(M)
+    elif np.ndim(num_steps) == 0:
+        steps = np.full(M, check_positive_int("num_steps", num_steps), np.int32)
+    else:
+        steps = np.asarray(num_steps)
+        if (steps.size != M or not np.issubdtype(steps.dtype, np.integer)
+                or (M and steps.min() < 1)):
+            raise ValueError(f"num_steps must be an integer >= 1 or one per model ({M}); got "
+                             f"{steps.dtype} of shape {steps.shape}")
+        steps = steps.reshape(M).astype(np.int32)
     rdtype = _real_dtype()
     h = jnp.asarray(prob.h, rdtype)
     J = jnp.asarray(prob.J, rdtype)
     if h.shape[0] == 0:
         amps = jnp.zeros((0, 1 << prob.num_qubits), _complex_dtype())
-        return Evolution(amps, prob, num_steps, order)
+        return Evolution(amps, prob, steps, order)
     energy = problem_energies(h, J)
     amps = _evolve_batch(
         energy, jnp.asarray(prob.active), jnp.asarray(schedule.s, rdtype),
         jnp.asarray(schedule.A, rdtype), jnp.asarray(schedule.B, rdtype),
-        jnp.asarray(t_a, rdtype), jnp.asarray(num_steps, jnp.int32), order, backend,
+        jnp.asarray(t_a, rdtype), jnp.asarray(steps), order, backend,
     )
-    return Evolution(amps, prob, num_steps, order)
+    return Evolution(amps, prob, steps, order)
 
 
 def _full_indices(prob: Problem) -> np.ndarray:

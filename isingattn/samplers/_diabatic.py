@@ -38,8 +38,10 @@ class DiabaticAnnealingSampler(Sampler):
         (default) or the path of a CSV table ``s, A, B`` (GHz).
       annealing_time: ``t_a`` in ns (default 0.1: a diabatic anneal of the default schedule,
         ``beta_J ~ 0.1``).
-      num_steps: integration steps (default: chosen from ``t_a`` and the schedule's scale for
-        an amplitude error of about ``tolerance``).
+      num_steps: integration steps (default: chosen per model from ``t_a``, the schedule and
+        the model's own largest flip energy, for an amplitude error of about ``tolerance``; a
+        batch's weak models do not run the steps its strongest needs). ``info["num_steps"]``
+        holds each model's count (batch-shaped).
       order: 4 (default) or 2, the order of the split-operator integrator.
       tolerance: target amplitude error of the automatic step count (default 1e-4).
       min_steps: fewest steps of the automatic count (default 64, which resolves the shape of
@@ -51,7 +53,7 @@ class DiabaticAnnealingSampler(Sampler):
     Inside ``jit`` (the model's parameters traced, as in a training step with
     ``sampled(DiabaticAnnealingSampler(...))``) the whole batch is simulated in the compiled
     program on a register of all ``n`` variables (masked ones projected out), with the automatic
-    step count computed from the traced fields (:func:`isingattn.quantum.sample_traced`); the draws
+    step counts computed from the traced fields (:func:`isingattn.quantum.sample_traced`); the draws
     have the same distribution. ``info`` then holds traced values and no host timings.
 
     Cost: memory ``2^k`` complex amplitudes per model, time ``O(num_steps * k * 2^k)`` for
@@ -105,10 +107,10 @@ class DiabaticAnnealingSampler(Sampler):
         num_steps = opts["num_steps"]
         if num_steps is None and min_steps != quantum.MIN_STEPS:
             order = quantum.check_order(opts["order"])
-            flip = quantum.prepare(model).flip_scale
-            num_steps = int(quantum.traced_num_steps(schedule, t_a, flip, order=order,
-                                                     tolerance=opts["tolerance"],
-                                                     min_steps=min_steps))
+            flips = quantum.prepare(model).flip_scales
+            num_steps = np.asarray(quantum.traced_num_steps(schedule, t_a, flips, order=order,
+                                                            tolerance=opts["tolerance"],
+                                                            min_steps=min_steps))
         ev = quantum.evolve(model, schedule, t_a, num_steps=num_steps,
                             order=opts["order"], tolerance=opts["tolerance"],
                             backend=opts["backend"])
@@ -123,7 +125,7 @@ class DiabaticAnnealingSampler(Sampler):
         info = {
             "schedule": schedule.name,
             "annealing_time": t_a,
-            "num_steps": ev.num_steps,
+            "num_steps": ev.num_steps.reshape(model.batch_shape),
             "order": ev.order,
             "num_qubits": ev.problem.num_qubits,
             "norm_error": float(np.max(np.abs(np.asarray(norm) - 1))) if norm.size else 0.0,

@@ -216,6 +216,69 @@ def test_compiled_kernel_matches_the_jax_path(k, M, steps):
     np.testing.assert_allclose(ours, ref, atol=2e-7)
 
 
+
+def test_each_model_runs_its_own_step_count():
+    # a batch with a step count per model (skewed: the threaded kernel splits the models by
+    # work, not by number) equals each model run alone with its count, on both backends, and
+    # the two backends agree
+    from isingattn._kernels import anneal
+
+    M, k = 8, 10
+    steps = np.array([120, 23, 64, 1, 400, 23, 23, 90], np.int32)
+    assert 2**k * k * int(steps.sum()) * 3 >= anneal.THREADED_WORK
+    rng = np.random.default_rng(7)
+    h = rng.normal(size=(M, k))
+    J = np.triu(rng.normal(size=(M, k, k)), 1)
+    active = rng.random((M, k)) < 0.8
+    h, J = h * active, (J + J.transpose(0, 2, 1)) * active[:, :, None] * active[:, None, :]
+    sched = dwave_like_schedule()
+    with jax.enable_x64(True):
+        E = _evolve.problem_energies(jnp.asarray(h), jnp.asarray(J))
+        tab = (jnp.asarray(sched.s), jnp.asarray(sched.A), jnp.asarray(sched.B), jnp.asarray(0.7))
+        out = {}
+        for backend in ("numba", "jax"):
+            out[backend] = np.asarray(_evolve._evolve_batch(E, jnp.asarray(active), *tab,
+                                                            jnp.asarray(steps), 4,
+                                                            backend=backend))
+            for m in range(M):
+                alone = np.asarray(_evolve._evolve_batch(E[m:m + 1], jnp.asarray(active[m:m + 1]),
+                                                         *tab, jnp.int32(steps[m]), 4,
+                                                         backend=backend))
+                np.testing.assert_allclose(out[backend][m], alone[0], atol=1e-12)
+        np.testing.assert_allclose(out["numba"], out["jax"], atol=1e-12)
+        with pytest.raises(ValueError, match=r"num_steps must be a scalar or \(M,\)"):
+            anneal.evolve_states(E, jnp.asarray(active), *tab, jnp.ones(3, jnp.int32), 4)
+
+
+def test_automatic_counts_are_per_model():
+    # a weak and a strong model in one batch: each gets the count of the step rule for its own
+    # flip scale (the weak one does not run the strong one's steps), outside and inside jit,
+    # and its output is the one it has alone
+    from isingattn.quantum import default_num_steps, sample_traced
+    from isingattn.samplers import DiabaticAnnealingSampler
+
+    weak, strong = _model(4, 1, scale=0.3), _model(4, 2, scale=6.0)
+    batch = IsingModel(h=jnp.stack([weak.h, strong.h]), J=jnp.stack([weak.J, strong.J]))
+    sched = dwave_like_schedule()
+    ev = _evolve.evolve(batch, sched, 2.0)
+    want = [default_num_steps(sched, 2.0, float(f)) for f in
+            np.max(np.abs(np.asarray(batch.h)) + np.sum(np.abs(np.asarray(batch.J)), -1), -1)]
+    assert want[0] < want[1]
+    np.testing.assert_array_equal(ev.num_steps, want)
+    for b, m in enumerate((weak, strong)):
+        alone = _evolve.evolve(m, sched, 2.0)
+        assert alone.num_steps.tolist() == [want[b]]
+        np.testing.assert_allclose(np.asarray(output_distribution(batch, sched, 2.0))[b],
+                                   np.asarray(output_distribution(m, sched, 2.0)),
+                                   rtol=1e-5, atol=1e-6)
+    _, traced = jax.jit(lambda mo: sample_traced(mo, jax.random.key(0), 4, sched, 2.0))(batch)
+    np.testing.assert_array_equal(np.asarray(traced), want)
+    info = DiabaticAnnealingSampler(sched, 2.0).sample(batch, jax.random.key(0), 4).info
+    np.testing.assert_array_equal(info["num_steps"], want)
+    with pytest.raises(ValueError, match=r"num_steps must be an integer >= 1 or one per model"):
+        _evolve.evolve(batch, sched, 2.0, num_steps=np.array([10, 0]))
+
+
 def test_backend_choice_errors():
     m = _model(3, 0)
     with pytest.raises(ValueError, match=r"backend must be one of .*'auto', 'numba', 'jax'"):
