@@ -41,6 +41,11 @@ TARGET = "isingattn_anneal_state_vector"
 THREADED_WORK = 1 << 24
 _C64, _C128 = 15, 18  # XLA_FFI_DataType of complex64, complex128
 _JOB = 14  # words of one thread's job
+#: Models evolved side by side (interleaved) when they share a step count and a register size.
+GROUP = 8
+#: Largest register (active qubits) evolved in groups; beyond, one model's amplitudes already
+#: make long vector loops, and a group's would leave the core's cache.
+GROUP_QUBITS = 10
 #: Steps up to which the sub-steps' coefficients are tabulated once per call (beyond, as long
 #: an anneal as 2000 ns may need, each model computes them as it goes: no table of gigabytes);
 #: a count below 1 (a traced count from non-finite fields) runs no step, as a loop would.
@@ -187,54 +192,82 @@ def _rotate_one(re, im, size, bit, c, s):
             re[b], im[b] = c * rb - s * ia, c * ib + s * ra
 
 @numba.njit(**_OPT)
+def _active_count(active, m):
+    ka = 0
+    for q in range(active.shape[1]):
+        if active[m, q]:
+            ka += 1
+    return ka
+
+@numba.njit(**_OPT)
 def evolve_models(energy, active, tables, t_a, steps, order, out, perm, m0, m1):
     """Final states ``out[m]`` ``(2^k,)`` complex of the models ``m = perm[m0 .. m1 - 1]``
-    (``perm`` orders the models by their counts, so that models with the same count run one
-    after another): energies
-    ``energy`` ``(M, 2^k)``, qubits in use ``active`` ``(M, k)``, schedule ``tables``
-    ``(3, P)`` (``s``, ``A``, ``B``), anneal time ``t_a`` (ns), ``steps[m]`` steps of the
-    product formula of ``order`` (2 or 4) for model ``m``.
+    (``perm`` orders the models by their counts and register sizes, so that models with the
+    same count run one after another): energies ``energy`` ``(M, 2^k)``, qubits in use ``active`` ``(M, k)``,
+    schedule ``tables`` ``(3, P)`` (``s``, ``A``, ``B``), anneal time ``t_a`` (ns),
+    ``steps[m]`` steps of the product formula of ``order`` (2 or 4) for model ``m``.
 
     Each model is evolved on a register of its active qubits only: the energy does not depend on
     the unused ones, so their states are the entries with those bits 0 (gathered), and the
     result is scattered back with every entry that has an unused qubit at 1 set to 0 (the
-    projection ``_evolve._evolve_one`` makes at the end, without simulating them). The
-    sub-steps' coefficients are tabulated again only where a model's count differs from the
-    previous model's (the automatic counts are rounded to a few significant bits, so a batch
-    has few distinct ones)."""
+    projection ``_evolve._evolve_one`` makes at the end, without simulating them). Up to
+    :data:`GROUP` consecutive models with the same count and number of active qubits (at most
+    :data:`GROUP_QUBITS`) are evolved side by side, their amplitudes interleaved (the model
+    fastest): the same arithmetic per model, in vectors across the models, where a small
+    register alone gives the compiler too short loops. The sub-steps' coefficients are
+    tabulated again only where the count changes (the automatic counts are rounded to a few
+    significant bits, so a batch has few distinct ones)."""
     k = active.shape[1]
     weights = step_weights(order)
     num_steps = steps[perm[m0]] if m1 > m0 else 0
     table = num_steps <= _TABLE_STEPS
     T, coef, cs, sn, pending, cum, h_t = substeps(tables, t_a, num_steps, weights, table)
     size = energy.shape[1]
-    re = np.empty(size)
-    im = np.empty(size)
-    E = np.empty(size)
-    full = np.empty(size, np.int64)  # register index of each state of the small register
+    cap = max(size, (1 << min(k, GROUP_QUBITS)) * GROUP)
+    re = np.empty(cap)
+    im = np.empty(cap)
+    E = np.empty(cap)
+    full = np.empty((GROUP, size), np.int64)  # register index of each small-register state
     pos = np.empty(k, np.int64)
-    for i in range(m0, m1):
+    ms = np.empty(GROUP, np.int64)
+    i = m0
+    while i < m1:
         m = perm[i]
         if steps[m] != num_steps:
             num_steps = steps[m]
             table = num_steps <= _TABLE_STEPS
             T, coef, cs, sn, pending, cum, h_t = substeps(tables, t_a, num_steps, weights,
                                                           table)
-        ka = 0
-        for q in range(k):
-            if active[m, q]:
-                pos[ka] = q
-                ka += 1
+        ka = _active_count(active, m)
+        # the group: this model and the next ones of the same count and register size
+        g = 1
+        ms[0] = m
+        if ka <= GROUP_QUBITS:
+            while (g < GROUP and i + g < m1 and steps[perm[i + g]] == num_steps
+                   and _active_count(active, perm[i + g]) == ka):
+                ms[g] = perm[i + g]
+                g += 1
+        W = 1  # lanes: a power of two (the unused ones evolve a zero-energy register)
+        while W < g:
+            W *= 2
         n_a = 1 << ka
         a0 = 2.0 ** (-ka / 2)
-        for b in range(n_a):
-            x = 0
-            for q in range(ka):
-                x |= ((b >> q) & 1) << pos[q]
-            full[b] = x
-            re[b] = a0
-            im[b] = 0.0
-            E[b] = energy[m, x]
+        for lane in range(W):
+            ml = ms[min(lane, g - 1)]
+            ka_l = 0
+            for q in range(k):
+                if active[ml, q]:
+                    pos[ka_l] = q
+                    ka_l += 1
+            for b in range(n_a):
+                x = 0
+                for q in range(ka):
+                    x |= ((b >> q) & 1) << pos[q]
+                full[lane, b] = x
+                re[b * W + lane] = a0
+                im[b * W + lane] = 0.0
+                E[b * W + lane] = energy[ml, x] if lane < g else 0.0
+        n = n_a * W
         last = 0.0
         for j in range(T):
             if table:
@@ -243,22 +276,30 @@ def evolve_models(energy, active, tables, t_a, steps, order, out, perm, m0, m1):
                 half, c, s = _substep(j, tables, num_steps, h_t, weights, cum)
                 phi = last + half
                 last = half
-            for b in range(n_a):
+            for b in range(n):
                 sa, ca = sincos(phi * E[b])
-                r, i = re[b], im[b]
-                re[b] = r * ca + i * sa
-                im[b] = i * ca - r * sa
+                r, im_b = re[b], im[b]
+                re[b] = r * ca + im_b * sa
+                im[b] = im_b * ca - r * sa
             q = 0
             while q + 1 < ka:
-                _rotate_two(re, im, n_a, 1 << q, c, s)
+                if W > 1:  # a qubit's stride times the lanes: blocks of at least GROUP
+                    _rotate_two_blocks(re, im, n, (1 << q) * W, c, s)
+                else:
+                    _rotate_two(re, im, n, 1 << q, c, s)
                 q += 2
             if q < ka:
-                _rotate_one(re, im, n_a, 1 << q, c, s)
-        for a in range(size):
-            out[m, a] = 0
-        for b in range(n_a):
-            sa, ca = sincos(pending * E[b])
-            out[m, full[b]] = complex(re[b] * ca + im[b] * sa, im[b] * ca - re[b] * sa)
+                _rotate_one(re, im, n, (1 << q) * W, c, s)
+        for lane in range(g):
+            ml = ms[lane]
+            for a in range(size):
+                out[ml, a] = 0
+            for b in range(n_a):
+                x = b * W + lane
+                sa, ca = sincos(pending * E[x])
+                out[ml, full[lane, b]] = complex(re[x] * ca + im[x] * sa,
+                                                 im[x] * ca - re[x] * sa)
+        i += g
 
 @numba.njit(nogil=True, cache=True)
 def _run(job):
@@ -312,13 +353,18 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if M != lead(adims, rank, 1) or words(s_dims, 1)[0] != M + 1:
         return fail(frame, error_args)
     counts = carray(ptr(ints), (M + 1,), dtype=np.int32)
+    active_arr = carray(ptr(active), (M, k), dtype=np.bool_)
     order = counts[0]
     if size != 1 << k or tdims[0] != 3 or tdims[1] < 1 or (order != 2 and order != 4):
         return fail(frame, error_args)
-    # the models in the order of their counts (equal counts share the sub-steps' table), each
+    # the models in the order of their counts (equal counts share the sub-steps' table) and
+    # register sizes (equal ones evolve side by side), each
     # model's work (amplitudes x qubits x sub-steps; its register may be smaller, the count is
     # what varies): the threads get contiguous ranges of that order of about equal total work
-    perm = np.argsort(counts[1:], kind="mergesort")
+    key = np.empty(M, np.int64)  # by count, then by register size: groups as long as can be
+    for m in range(M):
+        key[m] = np.int64(counts[1 + m]) * 64 + _active_count(active_arr, m)
+    perm = np.argsort(key, kind="mergesort")
     work = np.empty(M + 1, np.float64)
     work[0] = 0.0
     for i in range(M):

@@ -250,6 +250,41 @@ def test_each_model_runs_its_own_step_count():
             anneal.evolve_states(E, jnp.asarray(active), *tab, jnp.ones(3, jnp.int32), 4)
 
 
+
+def test_models_evolved_side_by_side_equal_each_alone():
+    # models that share a count and a register size are evolved in groups of up to
+    # anneal.GROUP, interleaved: groups of 1 to 11 models (a full group and a partial one),
+    # registers of 0 to 5 active qubits, odd and even: each model's state is the one it has
+    # alone, and the JAX path's
+    from isingattn._kernels import anneal
+
+    rng = np.random.default_rng(11)
+    M, k = 48, 5
+    active = np.ones((M, k), bool)
+    sizes = rng.choice([0, 1, 2, 3, 3, 4, 5, 5, 5], size=M)
+    for m in range(M):
+        active[m, rng.permutation(k)[sizes[m]:]] = False
+    steps = rng.choice([30, 30, 30, 41], size=M).astype(np.int32)
+    assert max(np.unique(np.stack([steps, sizes]), axis=1, return_counts=True)[1]) > anneal.GROUP
+    h = rng.normal(size=(M, k)) * active
+    J = np.triu(rng.normal(size=(M, k, k)), 1)
+    J = (J + J.transpose(0, 2, 1)) * active[:, :, None] * active[:, None, :]
+    sched = linear_schedule()
+    with jax.enable_x64(True):
+        E = _evolve.problem_energies(jnp.asarray(h), jnp.asarray(J))
+        tab = (jnp.asarray(sched.s), jnp.asarray(sched.A), jnp.asarray(sched.B), jnp.asarray(0.6))
+        both = np.asarray(_evolve._evolve_batch(E, jnp.asarray(active), *tab, jnp.asarray(steps),
+                                                2, backend="numba"))
+        ref = np.asarray(_evolve._evolve_batch(E, jnp.asarray(active), *tab, jnp.asarray(steps),
+                                               2, backend="jax"))
+        np.testing.assert_allclose(both, ref, atol=1e-12)
+        for m in range(M):
+            alone = np.asarray(_evolve._evolve_batch(E[m:m + 1], jnp.asarray(active[m:m + 1]),
+                                                     *tab, jnp.int32(steps[m]), 2,
+                                                     backend="numba"))
+            np.testing.assert_allclose(both[m], alone[0], atol=1e-13)
+
+
 def test_automatic_counts_are_per_model():
     # a weak and a strong model in one batch: each gets the count of the step rule for its own
     # flip scale (the weak one does not run the strong one's steps), outside and inside jit,
