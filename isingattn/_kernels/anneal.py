@@ -37,7 +37,8 @@ from . import ffi
 from .ffi import arguments, buffer, dtype_of, fail, lead, prologue, ptr, result, words
 
 TARGET = "isingattn_anneal_state_vector"
-#: Below this much work (models x amplitudes x qubits x sub-steps) a call runs on one thread.
+#: Below this much work (sum over models of amplitudes x qubits x sub-steps) a call runs on
+#: one thread.
 THREADED_WORK = 1 << 24
 _C64, _C128 = 15, 18  # XLA_FFI_DataType of complex64, complex128
 _JOB = 14  # words of one thread's job
@@ -229,9 +230,10 @@ def _active_count(active, m):
 def evolve_models(energy, active, tables, t_a, steps, order, out, perm, m0, m1):
     """Final states ``out[m]`` ``(2^k,)`` complex of the models ``m = perm[m0 .. m1 - 1]``
     (``perm`` orders the models by their counts and register sizes, so that models with the
-    same count run one after another): energies ``energy`` ``(M, 2^k)``, qubits in use ``active`` ``(M, k)``,
-    schedule ``tables`` ``(3, P)`` (``s``, ``A``, ``B``), anneal time ``t_a`` (ns),
-    ``steps[m]`` steps of the product formula of ``order`` (2 or 4) for model ``m``.
+    same count run one after another): energies ``energy`` ``(M, 2^k)``, qubits in use
+    ``active`` ``(M, k)``, schedule ``tables`` ``(3, P)`` (``s``, ``A``, ``B``), anneal time
+    ``t_a`` (ns), ``steps[m]`` steps of the product formula of ``order`` (2 or 4) for model
+    ``m``.
 
     Each model is evolved on a register of its active qubits only: the energy does not depend on
     the unused ones, so their states are the entries with those bits 0 (gathered), and the
@@ -384,18 +386,18 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if size != 1 << k or tdims[0] != 3 or tdims[1] < 1 or (order != 2 and order != 4):
         return fail(frame, error_args)
     # the models in the order of their counts (equal counts share the sub-steps' table) and
-    # register sizes (equal ones evolve side by side), each
-    # model's work (amplitudes x qubits x sub-steps; its register may be smaller, the count is
-    # what varies): the threads get contiguous ranges of that order of about equal total work
-    key = np.empty(M, np.int64)  # by count, then by register size: groups as long as can be
+    # register sizes (equal ones evolve side by side); each model's work is its amplitudes x
+    # qubits x steps, and the threads get contiguous ranges of that order of about equal work
+    key = np.empty(M, np.int64)
     for m in range(M):
         key[m] = np.int64(counts[1 + m]) * 64 + _active_count(active_arr, m)
     perm = np.argsort(key, kind="mergesort")
     work = np.empty(M + 1, np.float64)
     work[0] = 0.0
     for i in range(M):
-        work[i + 1] = work[i] + max(counts[1 + perm[i]], 1)
-    total = work[M] * size * max(k, 1) * (order - 1)
+        ka = _active_count(active_arr, perm[i])
+        work[i + 1] = work[i] + max(counts[1 + perm[i]], 1) * (1 << ka) * max(ka, 1)
+    total = work[M] * (order - 1)
     T = min(threads, M)
     if total < THREADED_WORK:
         T = 1
