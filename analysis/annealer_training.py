@@ -166,8 +166,9 @@ def _simulated(src: Source) -> bool:
 
 def points(P) -> list[Point]:
     """The points of the controls first (``exact``, ``sampled-exact``, ``gibbs``: every M, seed
-    and task), then the annealer sources: headline M first (every source, seed by seed, task by
-    task), then the other M for the sources of ``m_sweep``, the slow sources' points
+    and task), then the annealer sources: headline M first, source by source (those of
+    ``m_sweep`` first, in its order; each source's tasks and seeds complete before the next),
+    then the other M for the sources of ``m_sweep``, the slow sources' points
     (:func:`_slow`) after all others — so that a sweep spread over sessions has its cheaper
     comparisons complete first (the order only: the set of points is the declared one)."""
     srcs = sources(P)
@@ -184,7 +185,16 @@ def points(P) -> list[Point]:
                     elif i == 0 or src.name in P["m_sweep"]:
                         out.append(Point(task, L, src, M, s))
     controls = [p for p in out if not _simulated(p.source)]
-    return controls + [p for p in out if _simulated(p.source)] + slow
+    # annealer points: headline M first; within it, source by source (the sources of the M
+    # sweep first, in their order), each complete over tasks and seeds before the next, so
+    # that a comparison is decided as early as possible; stable sort keeps tasks and seeds
+    rank = {name: i for i, name in enumerate(P["m_sweep"])}
+    headline = P["num_samples"][0]
+    annealer = sorted((p for p in out if _simulated(p.source)),
+                      key=lambda p: (p.num_samples != headline,
+                                     rank.get(p.source.name, len(rank)),
+                                     srcs.index(p.source)))
+    return controls + annealer + slow
 
 
 def config_of(p: Point, P) -> TrainConfig:

@@ -304,3 +304,30 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
     again = run_script("annealer_training.py", "--quick", "--out", out)
     assert "points to run" not in again.stderr
     assert len(read_rows(out / "annealer_training.csv")) == 2
+
+
+def test_annealer_training_full_preset_runs_the_declared_points_comparison_first(monkeypatch):
+    """The full preset's order (no training): the 126 declared points once each; the controls
+    first; then, at the headline M, each annealer source complete over tasks and seeds before
+    the next (the M-sweep sources first), so that a sweep spread over sessions decides one
+    comparison before starting the next; the slow sources last."""
+    monkeypatch.syspath_prepend(ANALYSIS)
+    import annealer_training as at
+
+    P = at.PRESETS["full"]
+    pts = at.points(P)
+    assert len(pts) == len({p.key for p in pts}) == 126
+    sim = [at._simulated(p.source) for p in pts]
+    first_sim = sim.index(True)
+    assert all(sim[first_sim:]) and not any(sim[:first_sim])
+    headline = [p for p in pts[first_sim:]
+                if p.num_samples == P["num_samples"][0] and not at._slow(p.source, P)]
+    assert pts[first_sim:first_sim + len(headline)] == headline
+    names = [p.source.name for p in headline]
+    blocks = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
+    assert len(blocks) == len(set(blocks))  # each source one contiguous block
+    per_block = len(P["tasks"]) * len(P["seeds"])
+    assert all(names.count(n) == per_block for n in blocks)
+    assert blocks[0] == next(n for n in P["m_sweep"] if n in blocks)
+    slow = [at._slow(p.source, P) for p in pts]
+    assert all(slow[-sum(slow):])
