@@ -395,7 +395,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     work = np.empty(M + 1, np.float64)
     work[0] = 0.0
     for i in range(M):
-        ka = _active_count(active_arr, perm[i])
+        ka = key[perm[i]] & 63  # the register size, read back from the sort key
         work[i + 1] = work[i] + max(counts[1 + perm[i]], 1) * (1 << ka) * max(ka, 1)
     total = work[M] * (order - 1)
     T = min(threads, M)
