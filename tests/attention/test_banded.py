@@ -44,8 +44,8 @@ def _chains(Q, N, S, r, seed, field_scale=1.5, coupling_scale=1.0):
     return a, c, mask
 
 
-def _exact_loss(a, c, mask, w, wz):
-    model = IsingModel(h=a, J=_dense(c, a.shape[-1])[None], vartype="BINARY", mask=mask)
+def _exact_loss(a, J, mask, w, wz):
+    model = IsingModel(h=a, J=J[None], vartype="BINARY", mask=mask)
     m = jnp.where(mask, exact.marginals(model), 0.0)
     return jnp.sum(w * m) + jnp.sum(wz * exact.log_partition(model))
 
@@ -57,7 +57,16 @@ def _banded_loss(a, c, mask, w, wz):
 
 
 _grad_banded = jax.jit(jax.grad(_banded_loss, argnums=(0, 1)))
-_grad_exact = jax.jit(jax.grad(_exact_loss, argnums=(0, 1)))
+# the reference differentiates enumeration with respect to the dense couplings (one compiled
+# program per (queries, heads, keys), whatever the range), then maps that gradient to the
+# range's couplings through the VJP of _dense
+_grad_exact_dense = jax.jit(jax.grad(_exact_loss, argnums=(0, 1)))
+
+
+def _grad_exact(a, c, mask, w, wz):
+    J, to_c = jax.vjp(lambda c: _dense(c, a.shape[-1]), c)
+    da, dJ = _grad_exact_dense(a, J, mask, w, wz)
+    return da, to_c(dJ)[0]
 
 
 # (queries, heads, keys, range): one block, keys not a multiple of the block, range 1; blocks
@@ -90,7 +99,8 @@ def test_gradients_match_enumeration():
 def test_gradients_match_enumeration_range_beyond_a_block():
     """Blocks of BLOCK keys with a longer range (r > BLOCK): the VJP's pair statistics and the
     readout of a block inside a wider window."""
-    a, c, mask = _chains(3, 2, BLOCK + 5, BLOCK + 1, seed=5, coupling_scale=0.5)
+    # (the shapes of the test above but the range: the reference is compiled once)
+    a, c, mask = _chains(TILE_QUERIES + 8, 2, BLOCK + 5, BLOCK + 1, seed=5, coupling_scale=0.5)
     kw, kz = jax.random.split(jax.random.key(8))
     w, wz = jax.random.normal(kw, a.shape), jax.random.normal(kz, a.shape[:-1])
     for g, e in zip(_grad_banded(a, c, mask, w, wz), _grad_exact(a, c, mask, w, wz)):
@@ -195,6 +205,14 @@ def test_float32_matches_float64_for_strong_couplings():
             assert float(jnp.max(jnp.abs(x32 - x64)) / jnp.max(jnp.abs(x64))) < 1e-4, total
 
 
+# compiled once per shape and dtype, for every range total below
+_marginals = jax.jit(banded_chain_marginals)
+_weighted_vjp = jax.jit(jax.grad(
+    lambda a, c, g: jnp.sum(g * banded_chain_marginals(a, c)), argnums=(0, 1)))
+_weighted_vjp_frozen = jax.jit(jax.grad(
+    lambda a, c, g: jnp.sum(g * banded_chain_marginals(a, c, coupling_grad=False))))
+
+
 @pytest.mark.parametrize("total", [17.9, 19.9])
 def test_float32_gradient_when_every_block_drifts_to_the_edge_of_its_range(total):
     """The worst case of the unnormalized stretches: positive couplings at the top of a range
@@ -220,18 +238,14 @@ def test_float32_gradient_when_every_block_drifts_to_the_edge_of_its_range(total
     c = jax.random.uniform(k[1], (2, 8), minval=0.5, maxval=1.0)
     c = c / jnp.sum(c, axis=-1, keepdims=True) * total
     g = 1e3 * jax.random.normal(k[2], a.shape)  # the range does not depend on g's scale
-    vjp = jax.jit(jax.grad(lambda a, c: jnp.sum(g.astype(a.dtype) * banded_chain_marginals(a, c)),
-                           argnums=(0, 1)))
-    a32, c32 = a.astype("float32"), c.astype("float32")
-    np.testing.assert_allclose(banded_chain_marginals(a32, c32), banded_chain_marginals(a, c),
-                               atol=1e-6)
-    frozen = jax.jit(jax.grad(lambda a, c: jnp.sum(
-        g.astype(a.dtype) * banded_chain_marginals(a, c, coupling_grad=False))))
+    a32, c32, g32 = a.astype("float32"), c.astype("float32"), g.astype("float32")
+    np.testing.assert_allclose(_marginals(a32, c32), _marginals(a, c), atol=1e-6)
     u = np.finfo(np.float32).eps / 2  # the unit roundoff
     bound = S * u * jnp.sum(jnp.abs(g), axis=-1)  # (Q, N)
-    (da32, dc32), (da64, dc64) = vjp(a32, c32), vjp(a, c)
+    (da32, dc32), (da64, dc64) = _weighted_vjp(a32, c32, g32), _weighted_vjp(a, c, g)
     for x32, x64, tol in [(da32, da64, bound[..., None]), (dc32, dc64, bound.sum(0)[:, None]),
-                          (frozen(a32, c32), frozen(a, c), bound[..., None])]:
+                          (_weighted_vjp_frozen(a32, c32, g32), _weighted_vjp_frozen(a, c, g),
+                           bound[..., None])]:
         assert bool(jnp.all(jnp.isfinite(x32)))
         assert bool(jnp.all(jnp.abs(x32 - x64) <= tol)), float(jnp.max(jnp.abs(x32 - x64) / tol))
 
