@@ -188,29 +188,27 @@ def test_causal_packing_tables_cover_every_allowed_key_once():
             assert all(x < 0 for x in row[j - r: j])
 
 
+# compiled once per shape and dtype, shared by the float32-range tests below
+_marginals = jax.jit(banded_chain_marginals)
+_weighted_vjp = jax.jit(jax.grad(
+    lambda a, c, g: jnp.sum(g * banded_chain_marginals(a, c)), argnums=(0, 1)))
+_weighted_vjp_frozen = jax.jit(jax.grad(
+    lambda a, c, g: jnp.sum(g * banded_chain_marginals(a, c, coupling_grad=False))))
+
+
 def test_float32_matches_float64_for_strong_couplings():
     """Float32 agrees with float64 to about 1e-6, with fields up to |a| ~ 100, on both sides of
     the fast path's limit (sum_d |c_d| <= 20: 8 keys per renormalization; beyond 20 the
     log-domain path)."""
     a, c, _ = _chains(32, 2, 60, 8, seed=3, field_scale=30.0)
     g = jax.random.normal(jax.random.key(4), a.shape)
-    vjp = jax.jit(jax.grad(lambda a, c: jnp.sum(g.astype(a.dtype) * banded_chain_marginals(a, c)),
-                           argnums=(0, 1)))
-    marg = jax.jit(banded_chain_marginals)
+    g32 = g.astype("float32")
     for total in (9.9, 19.9, 25.0):
         ct = c / jnp.sum(jnp.abs(c), axis=-1, keepdims=True) * total
         a32, c32 = a.astype("float32"), ct.astype("float32")
-        np.testing.assert_allclose(marg(a32, c32), marg(a, ct), atol=1e-5)
-        for x32, x64 in zip(vjp(a32, c32), vjp(a, ct)):
+        np.testing.assert_allclose(_marginals(a32, c32), _marginals(a, ct), atol=1e-5)
+        for x32, x64 in zip(_weighted_vjp(a32, c32, g32), _weighted_vjp(a, ct, g)):
             assert float(jnp.max(jnp.abs(x32 - x64)) / jnp.max(jnp.abs(x64))) < 1e-4, total
-
-
-# compiled once per shape and dtype, for every range total below
-_marginals = jax.jit(banded_chain_marginals)
-_weighted_vjp = jax.jit(jax.grad(
-    lambda a, c, g: jnp.sum(g * banded_chain_marginals(a, c)), argnums=(0, 1)))
-_weighted_vjp_frozen = jax.jit(jax.grad(
-    lambda a, c, g: jnp.sum(g * banded_chain_marginals(a, c, coupling_grad=False))))
 
 
 @pytest.mark.parametrize("total", [17.9, 19.9])
