@@ -504,7 +504,8 @@ def plot(S, rows, P, out):
         for i, v in enumerate(learned):
             for ax, ctx in zip(axes[i], L):
                 sel = [r for r in sweep if r["variant"] == v and r["context"] == ctx]
-                if not sel:
+                if not sel:  # e.g. the relative variants, at the tuning context only
+                    ax.axis("off")
                     continue
                 r = min(sel, key=lambda r: r["seed"])
                 for li, layer in enumerate(couplings.get(_point_of(r).name) or []):
