@@ -156,13 +156,31 @@ class ResultsTable:
         """The keys of the points already in the table."""
         return {self.key(r) for r in self.rows}
 
+    def refresh(self):
+        """Read the rows again from the file (another process may have appended points to it,
+        e.g. a second sweep process given other variants); returns the table."""
+        self.rows = self._read(self.parse or (lambda r: r))
+        return self
+
     def append(self, rows, *, digits=None):
-        """Write the rows of one finished point (a dict or a list of dicts) and flush.
-        ``digits``: floats written with this many significant digits (default ``str``)."""
+        """Write the rows of one finished point (a dict or a list of dicts) and flush; returns
+        True. ``digits``: floats written with this many significant digits (default ``str``).
+
+        A point the file already holds (written since this table was read, by another process
+        on the same table) is not written again: the rows are dropped with a message, the
+        table is re-read, and the result is False."""
         rows = [rows] if isinstance(rows, dict) else list(rows)
         if digits is not None:
             rows = [{k: f"{v:.{digits}g}" if isinstance(v, float) else v for k, v in r.items()}
                     for r in rows]
+        back = [{k: "" if r.get(k) is None else str(r[k]) for k in self.fields} for r in rows]
+        parsed = [self.parse(r) for r in back] if self.parse is not None else None
+        new = {self.key(r) for r in (parsed if parsed is not None else back)}
+        twice = new & {self.key(r) for r in self.refresh().rows}
+        if twice:
+            print(f"{self.path}: point(s) {sorted(twice, key=str)} already in the file "
+                  "(written by another process?); not written again", file=sys.stderr)
+            return False
         buf = io.StringIO(newline="")
         w = csv.DictWriter(buf, fieldnames=self.fields)
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
@@ -172,10 +190,8 @@ class ResultsTable:
             f.write(buf.getvalue())  # one write per point
             f.flush()
             os.fsync(f.fileno())
-        if self.parse is not None:
-            rows = [self.parse({k: "" if r.get(k) is None else str(r[k]) for k in self.fields})
-                    for r in rows]
-        self.rows += rows
+        self.rows += parsed if parsed is not None else rows
+        return True
 
     def rewrite(self, rows):
         """Replace the whole table (e.g. rows recomputed from saved raw data), atomically."""

@@ -314,6 +314,9 @@ def run_points(todo_all, table, P, args):
     todo = todo[: args.max_points]
     curves_path = os.path.join(args.out, "curves.json")
     for i, p in enumerate(todo, 1):
+        if p.key in table.refresh().done:  # run meanwhile by another process
+            print(f"[{i}/{len(todo)}] {p.name}: in the table already", file=sys.stderr)
+            continue
         t0 = time.perf_counter()
         row = measure(p, P, args.runs, curves_path)
         table.append(row, digits=6)

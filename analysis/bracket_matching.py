@@ -308,6 +308,9 @@ def run_phase(name, points, table, P, args):
     print(f"{name}: {len(todo)} of {len(points)} points to run", file=sys.stderr)
     couplings_path = os.path.join(args.out, "couplings.json")
     for i, p in enumerate(todo, 1):
+        if p.key in table.refresh().done:  # run meanwhile by another process
+            print(f"[{name} {i}/{len(todo)}] {p.name}: in the table already", file=sys.stderr)
+            continue
         t0 = time.perf_counter()
         row = measure(p, P, args.runs, couplings_path)
         table.append(row, digits=6)

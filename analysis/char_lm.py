@@ -289,6 +289,9 @@ def run_phase(name, points, table, P, args, data):
         return
     print(f"{name}: {len(todo)} of {len(points)} points to run", file=sys.stderr)
     for i, p in enumerate(todo, 1):
+        if p.key in table.refresh().done:  # run meanwhile by another process
+            print(f"[{name} {i}/{len(todo)}] {p.name}: in the table already", file=sys.stderr)
+            continue
         t0 = time.perf_counter()
         row = measure(p, P, args, data)
         table.append(row, digits=6)

@@ -63,6 +63,26 @@ def test_results_table_appends_resumes_and_refuses_other_settings(tmp_path, resu
     assert t3.rows == [] and not os.path.exists(path)
 
 
+def test_a_point_written_by_another_process_is_not_written_twice(tmp_path, results_table,
+                                                                  capsys):
+    # two sweep processes on one table: the second finds the first one's point on disk
+    path = str(tmp_path / "t.csv")
+    key = lambda r: (r["a"],)
+    parse = lambda r: {"a": int(r["a"]), "b": float(r["b"])}
+    first = results_table(path, ["a", "b"], key, settings={"n": 3}, parse=parse)
+    second = results_table(path, ["a", "b"], key, settings={"n": 3}, parse=parse)
+    assert first.append({"a": 1, "b": 0.5}) is True
+    assert second.done == set() and second.refresh().done == {(1,)}
+    second = results_table(path, ["a", "b"], key, settings={"n": 3}, parse=parse)
+    assert first.append([{"a": 2, "b": 1.5}, {"a": 2, "b": 2.5}]) is True
+    assert second.append({"a": 2, "b": 9.0}) is False  # the same point, run again
+    assert "point(s) [(2,)] already in the file" in capsys.readouterr().err
+    assert second.rows == first.rows == [{"a": 1, "b": 0.5}, {"a": 2, "b": 1.5},
+                                         {"a": 2, "b": 2.5}]
+    assert second.append({"a": 3, "b": 0.25}) is True
+    assert [r["a"] for r in read_rows(path)] == ["1", "2", "2", "3"]
+
+
 @pytest.mark.parametrize("last", ["garbage,x\n", "3\n", "3,0.5,9\n", "\x00\x01\n"])
 def test_malformed_last_line_is_dropped_with_a_message(tmp_path, results_table, capsys, last):
     path = str(tmp_path / "t.csv")
