@@ -307,9 +307,12 @@ def row_key(r):
 
 def run_points(todo_all, table, P, args):
     todo = [p for p in todo_all if p.key not in table.done]
+    if args.task:
+        todo = [p for p in todo if p.task in args.task]
     if not todo:
         return
     print(f"{len(todo)} of {len(todo_all)} points to run"
+          + (f" on {', '.join(args.task)}" if args.task else "")
           + (f" (this session: {args.max_points})" if args.max_points else ""), file=sys.stderr)
     todo = todo[: args.max_points]
     curves_path = os.path.join(args.out, "curves.json")
@@ -502,9 +505,16 @@ def main(argv=None):
                       what="the results table, curves, summary and plots")
     ap.add_argument("--max-points", type=int, default=None,
                     help="stop after this many new points (a session's share of the sweep)")
+    ap.add_argument("--task", action="append", default=None, metavar="NAME",
+                    help="run only this task's points (repeatable; a session's share of the "
+                         "sweep: the declared set of points is unchanged)")
     args = ap.parse_args(argv)
     if args.max_points is not None and args.max_points < 1:
         ap.error(f"--max-points must be >= 1; got {args.max_points}")
+    tasks = PRESETS["quick" if args.quick else "full"]["tasks"]
+    unknown = sorted(set(args.task or ()) - set(tasks))
+    if unknown:  # before the table is opened (--fresh would clear it)
+        ap.error(f"--task {unknown[0]!r} is not a task of this sweep; valid: {', '.join(tasks)}")
     _, P, table, _ = open_sweep(args, PRESETS, "annealer_training.csv", FIELDS, row_key,
                                 parse_row)
     if args.fresh and os.path.exists(os.path.join(args.out, "curves.json")):

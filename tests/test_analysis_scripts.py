@@ -300,8 +300,12 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
     missing point; every sampled run records its sampler's measured effective temperatures and
     is evaluated with exact inference too."""
     out = tmp_path / "a"
-    first = run_script("annealer_training.py", "--quick", "--out", out, "--max-points", "1")
-    assert "2 of 2 points to run" in first.stderr
+    other = run_script("annealer_training.py", "--quick", "--out", out, "--task", "bracket",
+                       check=False)
+    assert other.returncode == 2 and "--task 'bracket' is not a task" in other.stderr
+    first = run_script("annealer_training.py", "--quick", "--out", out, "--max-points", "1",
+                       "--task", "pair-copy")
+    assert "2 of 2 points to run on pair-copy" in first.stderr
     assert [r["source"] for r in read_rows(out / "annealer_training.csv")] == ["exact"]
     proc = run_script("annealer_training.py", "--quick", "--out", out)
     assert "1 of 2 points to run" in proc.stderr
