@@ -21,13 +21,15 @@ import numpy as np
 from .._kernels import ffi
 from ..models import Vartype
 from ._evolve import (
-    _ERROR_CONSTANT,
     _MAX_STEP_PHASE,
+    _STEP_CONSTANT,
     COUNT_BITS,
     MAX_QUBITS,
     MIN_STEPS,
     _evolve_batch,
     _real_dtype,
+    check_order,
+    error_moments,
     problem_energies,
     sample_register,
 )
@@ -36,17 +38,21 @@ from ._evolve import (
 def traced_num_steps(schedule, annealing_time, flip_scale, *, order=4, tolerance=1e-4,
                      min_steps=MIN_STEPS):
     """:func:`isingattn.quantum.default_num_steps` for a traced ``flip_scale`` (a scalar, or an
-    array: one count per entry): the same rule (phase per step
-    ``min(0.25, (tolerance / (c_p Phi))^(1/p))``, at least ``min_steps``, rounded up to
-    ``COUNT_BITS`` significant bits), as traced int32."""
+    array: one count per entry): the same rule (``K_p ((pi t_a)^(p+1) G(F) / tolerance)^(1/p)``
+    steps, at most ``_MAX_STEP_PHASE`` of the total phase per step, at least ``min_steps``,
+    rounded up to ``COUNT_BITS`` significant bits), as traced int32."""
+    order = check_order(order)
     rdtype = _real_dtype()
+    F = jnp.asarray(flip_scale, rdtype)
     intA = float(np.trapezoid(schedule.A, schedule.s))
     intB = float(np.trapezoid(schedule.B, schedule.s))
-    phi_total = jnp.pi * annealing_time * (intA + jnp.asarray(flip_scale, rdtype) * intB)
-    safe = jnp.maximum(phi_total, 1e-30)
-    phi = jnp.minimum(_MAX_STEP_PHASE, (tolerance / (_ERROR_CONSTANT[order] * safe))
-                      ** (1.0 / order))
-    n = jnp.maximum(min_steps, jnp.ceil(phi_total / phi)).astype(jnp.int32)
+    phi_total = jnp.pi * annealing_time * (intA + F * intB)
+    w = np.pi * annealing_time
+    G = w ** (order + 1) * jnp.polyval(jnp.asarray(error_moments(schedule, order)[::-1], rdtype), F)
+    n = jnp.maximum(jnp.ceil(_STEP_CONSTANT[order] * (jnp.maximum(G, 0.0) / tolerance)
+                             ** (1.0 / order)),
+                    jnp.ceil(phi_total / _MAX_STEP_PHASE))
+    n = jnp.maximum(min_steps, n).astype(jnp.int32)
     e = jnp.maximum(0, 32 - jax.lax.clz(n) - COUNT_BITS)  # rounded up to COUNT_BITS bits
     n = ((n + (1 << e) - 1) >> e) << e
     return jnp.where(phi_total > 0, n, 1).astype(jnp.int32)

@@ -48,14 +48,18 @@ _YOSHIDA_W0 = -(2.0 ** (1.0 / 3.0)) * _YOSHIDA_W1
 _SUBSTEPS = {2: (1.0,), 4: (_YOSHIDA_W1, _YOSHIDA_W0, _YOSHIDA_W1)}
 #: Target amplitude error of the automatic step count (see :func:`default_num_steps`).
 DEFAULT_TOLERANCE = 1e-4
-_MAX_STEP_PHASE = 0.25
+#: Largest phase per step (radians, of :func:`total_phase`) the automatic count allows.
+_MAX_STEP_PHASE = 0.8
 #: Fewest steps of the automatic step count: resolves the shape of A(s), B(s) even when the
 #: anneal is so short that the phases alone would allow fewer (measured on the D-Wave-like
 #: schedule: 16 steps leave a relative error of 2e-4 in p - uniform, 64 steps 2e-5).
 MIN_STEPS = 64
 #: Significant bits the automatic step count is rounded up to (see :func:`default_num_steps`).
 COUNT_BITS = 4
-_ERROR_CONSTANT = {2: 1e-2, 4: 2e-3}
+#: Constant ``K_p`` of the step-count rule per order (see :func:`default_num_steps`).
+_STEP_CONSTANT = {2: 2.65, 4: 1.21}
+#: Points of the grid on which the schedule's moments of the step-count rule are integrated.
+_MOMENT_GRID = 4097
 
 
 def _real_dtype():
@@ -283,26 +287,55 @@ def total_phase(schedule: AnnealingSchedule, annealing_time: float, flip_scale: 
     return float(np.pi * annealing_time * (intA + flip_scale * intB))
 
 
+@functools.lru_cache(maxsize=64)
+def _moments(table: bytes, knots: int, order: int) -> tuple[float, ...]:
+    s, A, B = np.frombuffer(table).reshape(3, knots)
+    grid = np.union1d(np.linspace(0.0, 1.0, _MOMENT_GRID), s)
+    a = np.interp(grid, s, A)
+    b = np.interp(grid, s, B)
+    return (0.0,) + tuple(math.comb(order - 2, k - 1)
+                          * float(np.trapezoid(a ** (order + 1 - k) * b ** k, grid))
+                          for k in range(1, order))
+
+
+def error_moments(schedule: AnnealingSchedule, order: int = 4) -> tuple[float, ...]:
+    """``(c_0, ..., c_{p-1})`` with ``c_0 = 0`` and ``c_k = binom(p - 2, k - 1) int_0^1
+    A^(p+1-k) B^k ds`` (``p`` the order): the coefficients of the step-count rule's error
+    integral ``int_0^1 A^2 (F B) (A + F B)^(p-2) ds = sum_k c_k F^k``
+    (:func:`default_num_steps`), on the schedule's linear interpolant (GHz^(p+1))."""
+    table = np.stack([np.asarray(x, np.float64) for x in (schedule.s, schedule.A, schedule.B)])
+    return _moments(table.tobytes(), table.shape[1], check_order(order))
+
+
 def default_num_steps(
     schedule: AnnealingSchedule, annealing_time: float, flip_scale: float, *, order: int = 4,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> int:
     """Steps for an amplitude error of about ``tolerance``.
 
-    With ``Phi`` from :func:`total_phase` and ``phi = Phi / N`` the phase per step, the largest
-    amplitude error of the order-``p`` splitting was measured (against scipy's DOP853 at
-    ``rtol = 1e-12``, linear and D-Wave-like schedules, random dense models) to stay below
-    ``c_p Phi phi^p`` with ``c_2 = 1e-2``, ``c_4 = 2e-3`` (the measured constants were 3e-3
-    and 1.3e-3 at most). So ``phi = (tolerance / (c_p Phi))^(1/p)``, capped at 0.25 rad; at
-    least :data:`MIN_STEPS` steps; rounded up to :data:`COUNT_BITS` significant bits (at most
-    1/8 more steps), so that the models of a batch, each with its own count, have few distinct
-    counts (the compiled kernel tabulates the sub-steps once per count).
+    Every factor of the splitting is exact where the driver is off or the problem part is, so
+    its error comes from their commutators; the rule bounds it by the error integral
+    ``G = int_0^1 A^2 (F B) (A + F B)^(p-2) ds`` (:func:`error_moments`; ``F = max_i (|h_i| +
+    sum_j |J_ij|)``) and by the phase per step:
+    ``N = max(K_p ((pi t_a)^(p+1) G / tolerance)^(1/p), Phi / 0.8, MIN_STEPS)`` with ``Phi``
+    from :func:`total_phase`, ``K_4 = 1.21``, ``K_2 = 2.65``: 1.2 times the largest ratio of
+    the steps needed (for a largest amplitude error ``<= tolerance``) to
+    ``((pi t_a)^(p+1) G / tolerance)^(1/p)``, and 1/1.2 of a phase of 1 rad per step, over
+    random models of 5 to 11 qubits (linear and D-Wave-like schedules, ``t_a`` from 0.05 to
+    5 ns, ``F`` from 0.5 to 350, tolerances 1e-4 and 1e-6; ``benchmarks/bench_step_count.py``).
+    Rounded up to :data:`COUNT_BITS` significant bits (at most 1/8 more steps), so that the
+    models of a batch, each with its own count, have few distinct counts (the compiled kernel
+    tabulates the sub-steps once per count).
     """
+    order = check_order(order)
     phi_total = total_phase(schedule, annealing_time, flip_scale)
     if phi_total == 0:
         return 1
-    phi = min(_MAX_STEP_PHASE, (tolerance / (_ERROR_CONSTANT[order] * phi_total)) ** (1 / order))
-    n = max(MIN_STEPS, math.ceil(phi_total / phi))
+    w = math.pi * annealing_time
+    G = w ** (order + 1) * sum(c * flip_scale ** j
+                               for j, c in enumerate(error_moments(schedule, order)))
+    n = max(MIN_STEPS, math.ceil(_STEP_CONSTANT[order] * (G / tolerance) ** (1 / order)),
+            math.ceil(phi_total / _MAX_STEP_PHASE))
     e = max(0, n.bit_length() - COUNT_BITS)
     return ((n + (1 << e) - 1) >> e) << e
 

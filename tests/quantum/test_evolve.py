@@ -108,6 +108,47 @@ def test_convergence_order(order, backend):
     assert errs[0] / errs[1] == pytest.approx(2**order, rel=0.15)
 
 
+def test_error_moments_of_the_linear_schedule_in_closed_form():
+    # A = 1 - s, B = s: int A^2 (F B) (A + F B)^(p-2) ds by Beta integrals:
+    # p = 2: F / 12; p = 4: F / 30 + F^2 / 30 + F^3 / 60
+    from isingattn.quantum import error_moments
+
+    sched = linear_schedule(1.0, 1.0)
+    np.testing.assert_allclose(error_moments(sched, 2), [0, 1 / 12], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(error_moments(sched, 4), [0, 1 / 30, 1 / 30, 1 / 60], rtol=1e-6,
+                               atol=1e-12)
+    with pytest.raises(ValueError, match="order"):
+        error_moments(sched, 3)
+
+
+@pytest.mark.parametrize("schedule,t_a,n,scale,couplings", [
+    ("dwave_like", 0.5, 8, 100.0, "banded"),  # strong fields: an attention query late in training
+    ("dwave_like", 0.1, 5, 100.0, "dense"),   # short anneal, strong couplings: the phase bound
+    ("dwave_like", 2.0, 6, 1.0, "dense"),
+    ("linear", 5.0, 8, 2.0, "dense"),         # long anneal, weak fields
+])
+def test_automatic_count_meets_its_tolerance(schedule, t_a, n, scale, couplings):
+    # largest amplitude error at the automatic count against the same integrator at 8 times the
+    # count (whose own error is ~8^4 times smaller), float64; three random models per case
+    from isingattn.quantum import default_num_steps
+
+    rng = np.random.default_rng(11)
+    sched = _evolve.as_schedule(schedule)
+    with jax.enable_x64(True):
+        for _ in range(3):
+            h = rng.normal(0, scale if couplings == "banded" else 0.3 * scale, n)
+            width = 2 if couplings == "banded" else n
+            J = np.triu(rng.normal(0, 0.3 if couplings == "banded" else scale / np.sqrt(n),
+                                   (n, n)), 1)
+            J *= np.abs(np.subtract.outer(np.arange(n), np.arange(n))) <= width
+            model = IsingModel(h=h, J=J + J.T)
+            F = float(np.max(np.abs(h) + np.abs(J + J.T).sum(-1)))
+            N = default_num_steps(sched, t_a, F)
+            ours = np.asarray(final_state(model, sched, t_a))
+            ref = np.asarray(final_state(model, sched, t_a, num_steps=8 * N))
+            assert np.abs(ours - ref).max() <= 1e-4, (F, N)
+
+
 def test_norm_conserved():
     model = _model(6, 3)
     ev = _evolve.evolve(model, dwave_like_schedule(), 1.0, num_steps=2000)
