@@ -147,9 +147,9 @@ class Point:
 def _slow(src: Source, P) -> bool:
     """Sources that cost the most per step: the offline QPU, and those whose simulation needs
     many integration steps: the longest anneal, and the calibrated shortest one (its scales, and
-    so its fields, are large). The integrator's step
-    count grows with ``t_a`` times the largest field sum (about 64 steps at t_a = 0.5 ns and
-    field sum 1, 850 at 20; 900 at t_a = 2 ns and field sum 5)."""
+    so its fields, are large). The integrator's step count grows with ``t_a`` and the largest
+    field sum (64 steps at t_a = 0.5 ns and field sum 1, 256 at 20; 576 at t_a = 2 ns and field
+    sum 5)."""
     if src.method == "sampled:qpu_offline":
         return True  # about 16 s per step (pilot): the host's embedding and unembedding
     t = src.annealing_time
