@@ -342,9 +342,11 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
     secant slope ``d log gamma / d log c`` (within [0.2, 2]; outside the short-anneal regime
     ``gamma`` grows slower than ``c``). A change of at most a factor 8 per round, scales within
     [1e-3, 1e4]; a component whose standard error exceeds :data:`MAX_RELATIVE_SE` times ``beta``
-    (no couplings yet, too few draws) or that is not positive keeps its value, and so does one whose measured slope is below
-    :data:`MIN_RESPONSE` when the round would move it further the same way (saturation: the
-    sampler cannot reach ``beta`` by rescaling)."""
+    (no couplings yet, too few draws) or that is not positive keeps its value. One whose
+    measured slope is below :data:`MIN_RESPONSE` when the round would move it further the same
+    way (saturation: the sampler cannot reach ``beta`` by rescaling) moves no further and takes
+    the better of its two measured scales (the previous round's when that ``gamma`` was nearer
+    to ``beta``: past its peak a short anneal's ``gamma_h`` falls as the fields grow)."""
     c = np.array(scales, np.float64)
     prev = {} if previous is None else {f["head"]: f for f in previous[1]}
     for f in fits:
@@ -361,7 +363,11 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
                 if abs(dc) > 1e-3:
                     slope = math.log(g / p[name]) / dc
                     if slope < MIN_RESPONSE and want * dc > 0:
-                        continue  # saturated: moving further the same way does not pay
+                        # saturated (or past the sampler's peak response): move no further,
+                        # and keep the previous scale if its gamma was the nearer to beta
+                        if abs(math.log(beta) - math.log(p[name])) < abs(want):
+                            c[n, j] = previous[0][n, j]
+                        continue
                     k = float(np.clip(slope, 0.2, 2.0))
             step = np.clip(want / k, -math.log(_MAX_STEP), math.log(_MAX_STEP))
             c[n, j] = np.clip(c[n, j] * math.exp(step), *_SCALE_RANGE)

@@ -498,6 +498,11 @@ def test_updated_scales_follow_the_measured_response_and_stop_at_saturation():
     fit3 = {"head": 0, "gamma_h": 0.52, "gamma_J": 2.0, "se_h": 0.01, "se_J": 0.01}
     c3 = updated_scales(np.array([[4.0, 1.0]]), [fit3], 1.0, (np.ones((1, 2)), [fit]))
     assert c3[0, 0] == 4.0 and c3[0, 1] == 0.5
+    # past the peak (a 0.5 ns anneal whose fields grew so strong that it stays near |+>):
+    # gamma_h fell when c_h grew 8x: back to the previous scale, whose gamma was nearer beta
+    fit4 = {"head": 0, "gamma_h": 0.05, "gamma_J": 2.0, "se_h": 0.01, "se_J": 0.01}
+    c4 = updated_scales(np.array([[8.0, 1.0]]), [fit4], 1.0, (np.ones((1, 2)), [fit]))
+    assert c4[0, 0] == 1.0 and c4[0, 1] == 0.5
     # a component measured worse than 20% keeps its value
     bad = {"head": 0, "gamma_h": 0.5, "gamma_J": 2.0, "se_h": 0.2, "se_J": 0.01}
     np.testing.assert_allclose(updated_scales(np.ones((1, 2)), [bad], 1.0), [[1.0, 0.5]])
