@@ -346,17 +346,23 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
     measured slope is below :data:`MIN_RESPONSE` when the round would move it further the same
     way (saturation: the sampler cannot reach ``beta`` by rescaling) moves no further and takes
     the better of its two measured scales (the previous round's when that ``gamma`` was nearer
-    to ``beta``: past its peak a short anneal's ``gamma_h`` falls as the fields grow)."""
+    to ``beta``: past its peak a short anneal's ``gamma_h`` falls as the fields grow); one
+    measured at or below 0 (standard error within bounds) after a measured previous round
+    returns to the previous round's scale."""
     c = np.array(scales, np.float64)
     prev = {} if previous is None else {f["head"]: f for f in previous[1]}
     for f in fits:
         n = f["head"]
         for j, (name, se) in enumerate((("gamma_h", "se_h"), ("gamma_J", "se_J"))):
             g, err = f[name], f[se]
+            p = prev.get(n)
+            if (p is not None and math.isfinite(g) and g <= 0 and math.isfinite(err)
+                    and err < MAX_RELATIVE_SE * beta and is_measured(p[name], p[se], beta)):
+                c[n, j] = previous[0][n, j]  # no response left where the last round moved it
+                continue
             if not is_measured(g, err, beta):
                 continue
             k = 1.0
-            p = prev.get(n)
             want = math.log(beta) - math.log(g)
             if p is not None and math.isfinite(p[name]) and p[name] > 0:
                 dc = math.log(c[n, j] / previous[0][n, j])

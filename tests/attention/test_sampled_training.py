@@ -503,6 +503,10 @@ def test_updated_scales_follow_the_measured_response_and_stop_at_saturation():
     fit4 = {"head": 0, "gamma_h": 0.05, "gamma_J": 2.0, "se_h": 0.01, "se_J": 0.01}
     c4 = updated_scales(np.array([[8.0, 1.0]]), [fit4], 1.0, (np.ones((1, 2)), [fit]))
     assert c4[0, 0] == 1.0 and c4[0, 1] == 0.5
+    # no response left at all (the fit's gamma_h at or below 0, standard error small): back too
+    fit5 = {"head": 0, "gamma_h": -1e-5, "gamma_J": 2.0, "se_h": 1e-5, "se_J": 0.01}
+    c5 = updated_scales(np.array([[8.0, 1.0]]), [fit5], 1.0, (np.ones((1, 2)), [fit]))
+    assert c5[0, 0] == 1.0 and c5[0, 1] == 0.5
     # a component measured worse than 20% keeps its value
     bad = {"head": 0, "gamma_h": 0.5, "gamma_J": 2.0, "se_h": 0.2, "se_J": 0.01}
     np.testing.assert_allclose(updated_scales(np.ones((1, 2)), [bad], 1.0), [[1.0, 0.5]])
