@@ -108,6 +108,9 @@ def main(argv=None):
                     help="only the rule's count and its error (no search, no former rule): "
                          "for strong fields, where the former rule's counts take long")
     args = ap.parse_args(argv)
+    if args.models < 1 or not 1 <= args.qubits <= quantum.MAX_QUBITS or not args.tolerance > 0:
+        ap.error(f"--models must be >= 1, --qubits in [1, {quantum.MAX_QUBITS}], --tolerance "
+                 f"> 0; got {args.models}, {args.qubits}, {args.tolerance}")
     rng = np.random.default_rng(7)
     if args.quick:
         grid = [("dwave_like", 0.5, s, "fields") for s in (1, 30, 100)]

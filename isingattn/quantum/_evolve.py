@@ -322,9 +322,9 @@ def default_num_steps(
     the steps needed (for a largest amplitude error ``<= tolerance``) to
     ``((pi t_a)^(p+1) G / tolerance)^(1/p)``, and 1/1.2 of a phase of 1 rad per step, over
     random models of 5 to 11 qubits (linear and D-Wave-like schedules, ``t_a`` from 0.05 to
-    5 ns, ``F`` from 0.5 to 350; ``benchmarks/bench_step_count.py``). Measured to hold the
-    tolerance at 1e-4 and above; at 1e-6 the largest error seen was 1.9e-6 (a few hundred
-    steps, where the error no longer falls steadily with the count).
+    5 ns, ``F`` from 0.5 to 350; ``benchmarks/bench_step_count.py``). Measured to hold a
+    tolerance of 1e-4 (largest error seen 1.3e-5); at 1e-6 the largest error seen was 1.9e-6
+    (a few hundred steps, where the error no longer falls steadily with the count).
     Rounded up to :data:`COUNT_BITS` significant bits (at most 1/8 more steps), so that the
     models of a batch, each with its own count, have few distinct counts (the compiled kernel
     tabulates the sub-steps once per count).
