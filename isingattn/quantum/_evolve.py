@@ -329,17 +329,27 @@ def default_num_steps(
     models of a batch, each with its own count, have few distinct counts (the compiled kernel
     tabulates the sub-steps once per count).
     """
+    return int(_num_steps(schedule, annealing_time, np.array([float(flip_scale)]), order,
+                          tolerance)[0])
+
+
+def _num_steps(schedule, annealing_time, flip_scales, order, tolerance) -> np.ndarray:
+    """:func:`default_num_steps` of every entry of the float64 array ``flip_scales`` (int64):
+    the schedule's integrals and moments computed once for all of them."""
     order = check_order(order)
-    phi_total = total_phase(schedule, annealing_time, flip_scale)
-    if phi_total == 0:
-        return 1
-    w = math.pi * annealing_time
-    G = w ** (order + 1) * sum(c * flip_scale ** j
-                               for j, c in enumerate(error_moments(schedule, order)))
-    n = max(MIN_STEPS, math.ceil(_STEP_CONSTANT[order] * (G / tolerance) ** (1 / order)),
-            math.ceil(phi_total / _MAX_STEP_PHASE))
-    e = max(0, n.bit_length() - COUNT_BITS)
-    return ((n + (1 << e) - 1) >> e) << e
+    F = np.asarray(flip_scales, np.float64)
+    phi_total = np.pi * annealing_time * (np.trapezoid(schedule.A, schedule.s)
+                                          + F * np.trapezoid(schedule.B, schedule.s))
+    G = np.zeros_like(F)
+    for j, c in enumerate(error_moments(schedule, order)):
+        G += c * F ** j
+    G *= (math.pi * annealing_time) ** (order + 1)
+    n = np.maximum.reduce([np.full(F.shape, float(MIN_STEPS)),
+                           np.ceil(_STEP_CONSTANT[order] * (G / tolerance) ** (1 / order)),
+                           np.ceil(phi_total / _MAX_STEP_PHASE)]).astype(np.int64)
+    e = np.maximum(0, np.frexp(n)[1] - COUNT_BITS)  # frexp's exponent: n's bit length
+    n = ((n + (1 << e) - 1) >> e) << e
+    return np.where(phi_total == 0, 1, n)
 
 
 class Evolution(NamedTuple):
@@ -378,9 +388,8 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     prob = prepare(model)
     M = prob.h.shape[0]
     if num_steps is None:
-        steps = np.array([default_num_steps(schedule, t_a, float(f), order=order,
-                                            tolerance=tolerance) for f in prob.flip_scales],
-                         np.int32).reshape(M)
+        steps = _num_steps(schedule, t_a, np.asarray(prob.flip_scales, np.float64).reshape(M),
+                           order, tolerance).astype(np.int32)
     elif np.ndim(num_steps) == 0:
         steps = np.full(M, check_positive_int("num_steps", num_steps), np.int32)
     else:
