@@ -50,8 +50,16 @@ def _mf_tiles(T, S, causal):
 
 
 def _to_tiles(x, tiles):
-    """``(B, N, T, S)`` -> tuple of heads-first tiles ``(N, B, t, e)``."""
-    return tuple(jnp.swapaxes(x[:, :, t0:t1, :e], 0, 1) for t0, t1, e in tiles)
+    """``(B, N, T, S)`` -> tuple of heads-first tiles ``(N, B, t, e)``.
+
+    The queries are split (``split``, whose transpose is one ``concatenate``) before the keys are
+    cut: the gradient then pads every tile to its own rows only, where slicing each tile out of
+    the whole array padded every tile's gradient to the whole ``(B, N, T, S)`` and summed them."""
+    if len(tiles) == 1:
+        parts = [x[:, :, tiles[0][0]:tiles[0][1]]]
+    else:
+        parts = jnp.split(x, [t0 for t0, _, _ in tiles[1:]], axis=2)
+    return tuple(jnp.swapaxes(p[..., :e], 0, 1) for p, (_, _, e) in zip(parts, tiles))
 
 
 def _from_tiles(xs, tiles, S, fill=0.0):
@@ -205,9 +213,12 @@ _mf_implicit.defvjp(_mf_implicit_fwd, _mf_implicit_bwd)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _mean_field(cfg, implicit, causal, a, couplings, beta):
-    """Marginals, logits, per-query residual and evaluations for fields ``a = beta h`` (masked:
-    ``-_BIG``) in the layout ``(B, N, T, S)``; jitted so that eager calls compile once."""
+def _mean_field(cfg, implicit, causal, a, mask, couplings, beta):
+    """Marginals (0 at masked keys), unnormalized weights (as :func:`_normalize_rows` of
+    ``log sigmoid(z)``), per-query residual and evaluations for fields ``a = beta h`` (masked:
+    ``-_BIG``) and the ``mask`` in the layout ``(B, N, T, S)``; everything is computed on the
+    tiles, which hold only the keys a query may attend to. Jitted so that eager calls compile
+    once."""
     T, S = a.shape[-2:]
     tiles = _mf_tiles(T, S, causal)
     params = (_to_tiles(a, tiles), couplings, beta)
@@ -221,7 +232,10 @@ def _mean_field(cfg, implicit, causal, a, couplings, beta):
     residual = tuple(jnp.max(jnp.abs(jax.nn.sigmoid(z_t) - m_t), axis=-1)
                      for z_t, m_t in zip(z, m))
     residual = jnp.swapaxes(jnp.concatenate(residual, axis=-1), 0, 1)
-    return (_from_tiles(m, tiles, S), _from_tiles(z, tiles, S, -_BIG), residual, iters)
+    allowed = _to_tiles(mask, tiles)
+    m = tuple(jnp.where(k_t, m_t, 0.0) for m_t, k_t in zip(m, allowed))
+    u = tuple(_normalize_rows(jax.nn.log_sigmoid(z_t), k_t) for z_t, k_t in zip(z, allowed))
+    return _from_tiles(m, tiles, S), _from_tiles(u, tiles, S), residual, iters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,9 +304,8 @@ class MeanField:
         cfg = _MFConfig(self.tap, float(self.damping), int(self.max_iters), float(self.tol),
                         bool(self.accelerate), self.product, self.monitor)
         a = jnp.where(mask, beta * h, -_BIG)
-        m, z, residual, iters = _mean_field(cfg, bool(self.implicit), bool(causal), a,
+        m, u, residual, iters = _mean_field(cfg, bool(self.implicit), bool(causal), a, mask,
                                             couplings, jnp.asarray(beta, h.dtype))
-        m = jnp.where(mask, m, 0.0)
-        return Inference(m, _normalize_rows(jax.nn.log_sigmoid(z), mask), m, None,
+        return Inference(m, u, m, None,
                          {"residual": jax.lax.stop_gradient(residual),
                           "iterations": jax.lax.stop_gradient(iters)})

@@ -86,6 +86,33 @@ def test_causal_tiles_equal_one_masked_square():
     np.testing.assert_allclose(tiles.weights, square.weights, atol=1e-9)
 
 
+def test_causal_tiles_with_padding_give_the_gradient_of_one_masked_square():
+    """With the first three keys padded out as well (so query 0..2 attend to nothing: rows of
+    zeros), the tiles' weights and their gradient with respect to queries, keys and couplings
+    equal those of the combined mask passed explicitly as one square."""
+    q, k, v = _qkv()
+    c = _relative()
+    pad = (jnp.arange(40) >= 3)[None, None, None, :]
+    causal = jnp.tril(jnp.ones((40, 40), bool))[None, None]
+    g = jax.random.normal(jax.random.key(7), (1, 2, 40, 40))
+    method = MeanField(tol=TOL)
+
+    def loss(q, k, w, tiled):
+        kw = {"mask": pad, "is_causal": True} if tiled else {"mask": pad & causal}
+        info = _info(method, q, k, v, c.replace(w), **kw)
+        return jnp.sum(info.weights * g), info.weights
+
+    grads = {}
+    for tiled in (True, False):
+        (_, weights), grads[tiled] = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+            q, k, c.params, tiled)
+        np.testing.assert_array_equal(weights[0, :, :3], 0.0)
+        np.testing.assert_allclose(jnp.sum(weights[0, :, 3:], -1), 1.0, atol=1e-12)
+    for a, b in zip(grads[True], grads[False]):
+        assert float(jnp.max(jnp.abs(b))) > 1e-3
+        np.testing.assert_allclose(a, b, atol=1e-8)
+
+
 def test_products_give_the_same_marginals():
     q, k, v = _qkv()
     c = _relative(D=6, strength=0.3)
