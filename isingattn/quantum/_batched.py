@@ -14,22 +14,16 @@ output distribution is the one :func:`isingattn.quantum.output_distribution` giv
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._kernels import ffi
 from ..models import Vartype
 from ._evolve import (
-    _MAX_STEP_PHASE,
-    _STEP_CONSTANT,
-    COUNT_BITS,
     MAX_QUBITS,
     MIN_STEPS,
     _evolve_batch,
     _real_dtype,
-    check_order,
-    error_moments,
+    _step_counts,
     problem_energies,
     sample_register,
 )
@@ -41,21 +35,9 @@ def traced_num_steps(schedule, annealing_time, flip_scale, *, order=4, tolerance
     array: one count per entry): the same rule (``K_p ((pi t_a)^(p+1) G(F) / tolerance)^(1/p)``
     steps, at most ``_MAX_STEP_PHASE`` of the total phase per step, at least ``min_steps``,
     rounded up to ``COUNT_BITS`` significant bits), as traced int32."""
-    order = check_order(order)
-    rdtype = _real_dtype()
-    F = jnp.asarray(flip_scale, rdtype)
-    intA = float(np.trapezoid(schedule.A, schedule.s))
-    intB = float(np.trapezoid(schedule.B, schedule.s))
-    phi_total = jnp.pi * annealing_time * (intA + F * intB)
-    w = np.pi * annealing_time
-    G = w ** (order + 1) * jnp.polyval(jnp.asarray(error_moments(schedule, order)[::-1], rdtype), F)
-    n = jnp.maximum(jnp.ceil(_STEP_CONSTANT[order] * (jnp.maximum(G, 0.0) / tolerance)
-                             ** (1.0 / order)),
-                    jnp.ceil(phi_total / _MAX_STEP_PHASE))
-    n = jnp.maximum(min_steps, n).astype(jnp.int32)
-    e = jnp.maximum(0, 32 - jax.lax.clz(n) - COUNT_BITS)  # rounded up to COUNT_BITS bits
-    n = ((n + (1 << e) - 1) >> e) << e
-    return jnp.where(phi_total > 0, n, 1).astype(jnp.int32)
+    F = jnp.asarray(flip_scale, _real_dtype())
+    return _step_counts(jnp, schedule, annealing_time, F, order, tolerance,
+                       min_steps).astype(jnp.int32)
 
 
 def sample_traced(model, key, total, schedule, annealing_time, *, num_steps=None, order=4,

@@ -334,22 +334,31 @@ def default_num_steps(
 
 
 def _num_steps(schedule, annealing_time, flip_scales, order, tolerance) -> np.ndarray:
-    """:func:`default_num_steps` of every entry of the float64 array ``flip_scales`` (int64):
-    the schedule's integrals and moments computed once for all of them."""
-    order = check_order(order)
+    """:func:`default_num_steps` of every entry of the float64 array ``flip_scales`` (int64)."""
     F = np.asarray(flip_scales, np.float64)
-    phi_total = np.pi * annealing_time * (np.trapezoid(schedule.A, schedule.s)
-                                          + F * np.trapezoid(schedule.B, schedule.s))
-    G = np.zeros_like(F)
-    for j, c in enumerate(error_moments(schedule, order)):
-        G += c * F ** j
-    G *= (math.pi * annealing_time) ** (order + 1)
-    n = np.maximum.reduce([np.full(F.shape, float(MIN_STEPS)),
-                           np.ceil(_STEP_CONSTANT[order] * (G / tolerance) ** (1 / order)),
-                           np.ceil(phi_total / _MAX_STEP_PHASE)]).astype(np.int64)
-    e = np.maximum(0, np.frexp(n)[1] - COUNT_BITS)  # frexp's exponent: n's bit length
-    n = ((n + (1 << e) - 1) >> e) << e
-    return np.where(phi_total == 0, 1, n)
+    return _step_counts(np, schedule, annealing_time, F, order, tolerance).astype(np.int64)
+
+
+def _step_counts(xp, schedule, annealing_time, F, order, tolerance, min_steps=MIN_STEPS):
+    """The rule of :func:`default_num_steps` for every entry of the flip scales ``F``, in the
+    array module ``xp``: ``numpy`` on the host (float64), ``jax.numpy`` inside a traced program
+    (in ``F``'s dtype; :func:`isingattn.quantum.traced_num_steps`). One implementation for both,
+    the schedule's integrals and moments computed once for all entries. Returns the counts as
+    whole numbers in ``F``'s float dtype (1 where the total phase is 0)."""
+    order = check_order(order)
+    w = math.pi * annealing_time
+    phi_total = w * (float(np.trapezoid(schedule.A, schedule.s))
+                     + F * float(np.trapezoid(schedule.B, schedule.s)))
+    G = w ** (order + 1) * xp.polyval(
+        xp.asarray(error_moments(schedule, order)[::-1], F.dtype), F)
+    n = xp.maximum(xp.ceil(_STEP_CONSTANT[order] * (xp.maximum(G, 0.0) / tolerance)
+                           ** (1.0 / order)),
+                   xp.ceil(phi_total / _MAX_STEP_PHASE))
+    n = xp.maximum(float(min_steps), n)
+    # rounded up to COUNT_BITS significant bits (frexp's exponent is the bit length of n)
+    unit = 2.0 ** xp.maximum(0, xp.frexp(n)[1] - COUNT_BITS)
+    n = xp.ceil(n / unit) * unit
+    return xp.where(phi_total > 0, n, 1.0)
 
 
 class Evolution(NamedTuple):
