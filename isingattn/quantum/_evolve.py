@@ -333,6 +333,10 @@ def default_num_steps(
                           tolerance)[0])
 
 
+#: Most steps one anneal can take (the kernels count in int32).
+_MAX_STEPS = 2**31 - 1
+
+
 def _num_steps(schedule, annealing_time, flip_scales, order, tolerance) -> np.ndarray:
     """:func:`default_num_steps` of every entry of the float64 array ``flip_scales`` (int64)."""
     F = np.asarray(flip_scales, np.float64)
@@ -386,8 +390,9 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     :class:`Evolution`; sample it with :func:`sample_register` / :func:`register_to_states`.
 
     Raises ``ValueError`` for a non-positive or non-finite ``annealing_time`` or ``tolerance``,
-    an ``order`` other than 2 or 4, an unknown ``backend`` (or ``"numba"`` off the CPU), or too
-    many active variables, ``TypeError`` as :func:`prepare`."""
+    an ``order`` other than 2 or 4, a step count (given or automatic) beyond ``2^31 - 1``, an
+    unknown ``backend`` (or ``"numba"`` off the CPU), or too many active variables,
+    ``TypeError`` as :func:`prepare`."""
     backend = ffi.resolve_backend(backend)
     schedule = as_schedule(schedule)
     t_a = check_annealing_time(annealing_time)
@@ -398,15 +403,26 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     M = prob.h.shape[0]
     if num_steps is None:
         steps = _num_steps(schedule, t_a, np.asarray(prob.flip_scales, np.float64).reshape(M),
-                           order, tolerance).astype(np.int32)
+                           order, tolerance)
+        if M and steps.max() > _MAX_STEPS:
+            raise ValueError(
+                f"the automatic step count for annealing_time={t_a} ns and tolerance={tolerance} "
+                f"is {int(steps.max())} for the model with the largest fields, beyond "
+                f"{_MAX_STEPS}: pass a larger tolerance, a shorter annealing_time or num_steps")
+        steps = steps.astype(np.int32)
     elif np.ndim(num_steps) == 0:
-        steps = np.full(M, check_positive_int("num_steps", num_steps), np.int32)
+        steps = check_positive_int("num_steps", num_steps)
+        if steps > _MAX_STEPS:
+            raise ValueError(f"num_steps must be at most {_MAX_STEPS}; got {steps}")
+        steps = np.full(M, steps, np.int32)
     else:
         steps = np.asarray(num_steps)
         if (steps.size != M or not np.issubdtype(steps.dtype, np.integer)
-                or (M and steps.min() < 1)):
-            raise ValueError(f"num_steps must be an integer >= 1 or one per model ({M}); got "
-                             f"{steps.dtype} of shape {steps.shape}")
+                or (M and (steps.min() < 1 or steps.max() > _MAX_STEPS))):
+            raise ValueError(f"num_steps must be an integer in [1, {_MAX_STEPS}] or one per model "
+                             f"({M}); got {steps.dtype} of shape {steps.shape}"
+                             + (f" from {steps.min()} to {steps.max()}"
+                                if steps.size and np.issubdtype(steps.dtype, np.integer) else ""))
         steps = steps.reshape(M).astype(np.int32)
     rdtype = _real_dtype()
     h = jnp.asarray(prob.h, rdtype)

@@ -355,8 +355,11 @@ def test_automatic_counts_are_per_model():
     np.testing.assert_array_equal(np.asarray(traced), want)
     info = DiabaticAnnealingSampler(sched, 2.0).sample(batch, jax.random.key(0), 4).info
     np.testing.assert_array_equal(info["num_steps"], want)
-    with pytest.raises(ValueError, match=r"num_steps must be an integer >= 1 or one per model"):
+    with pytest.raises(ValueError, match=r"num_steps must be an integer in \[1, 2147483647\] "
+                       r"or one per model \(2\); got int64 of shape \(2,\) from 0 to 10"):
         _evolve.evolve(batch, sched, 2.0, num_steps=np.array([10, 0]))
+    with pytest.raises(ValueError, match=r"from 10 to 2147483648"):
+        _evolve.evolve(batch, sched, 2.0, num_steps=np.array([10, 2**31]))
 
 
 def test_backend_choice_errors():
@@ -400,6 +403,12 @@ def test_bad_input():
         output_distribution(m, "nonsense", 1.0)
     with pytest.raises(ValueError, match="tolerance must be"):
         output_distribution(m, "linear", 1.0, tolerance=0.0)
+    # counts the kernels cannot hold (int32) are refused, not wrapped to a negative count
+    with pytest.raises(ValueError, match=r"num_steps must be at most 2147483647; got 2147483648"):
+        output_distribution(m, "linear", 1.0, num_steps=2**31)
+    with pytest.raises(ValueError, match=r"automatic step count for annealing_time=2000.0 ns and "
+                       r"tolerance=1e-06 is \d+ .* beyond 2147483647"):
+        output_distribution(m.replace(h=1e6 * m.h), "dwave_like", 2000.0, tolerance=1e-6)
     # many variables but few active: simulated on the active ones only
     mask = np.zeros(30, bool)
     mask[:3] = True
