@@ -337,10 +337,12 @@ def default_num_steps(
 _MAX_STEPS = 2**31 - 1
 
 
-def _num_steps(schedule, annealing_time, flip_scales, order, tolerance) -> np.ndarray:
+def _num_steps(schedule, annealing_time, flip_scales, order, tolerance,
+               min_steps=MIN_STEPS) -> np.ndarray:
     """:func:`default_num_steps` of every entry of the float64 array ``flip_scales`` (int64)."""
     F = np.asarray(flip_scales, np.float64)
-    return _step_counts(np, schedule, annealing_time, F, order, tolerance).astype(np.int64)
+    return _step_counts(np, schedule, annealing_time, F, order, tolerance,
+                        min_steps).astype(np.int64)
 
 
 def _step_counts(xp, schedule, annealing_time, F, order, tolerance, min_steps=MIN_STEPS):
@@ -378,13 +380,13 @@ class Evolution(NamedTuple):
 
 
 def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, order=4,
-           tolerance=DEFAULT_TOLERANCE, backend="auto") -> Evolution:
+           tolerance=DEFAULT_TOLERANCE, min_steps=MIN_STEPS, backend="auto") -> Evolution:
     """Simulate the anneal ``H(s) = -A(s)/2 sum_i X_i + B(s)/2 H_problem`` of every model of the
     batch on its compact register (:func:`prepare`), from the ground state of the driver, over
     ``annealing_time`` (ns) along ``schedule`` (a name or an ``AnnealingSchedule``), by a
     product formula of ``order`` (2 or 4) in ``num_steps`` steps (an int, or one per model of
     the batch; default: each model enough for ``tolerance`` by the step-count rule of the
-    module doc, from its own flip scale), on ``backend``: ``"auto"``
+    module doc, from its own flip scale, and at least ``min_steps``), on ``backend``: ``"auto"``
     (default: the compiled CPU kernel where JAX runs on the CPU, else JAX), ``"numba"`` or
     ``"jax"`` (same integrator; the kernel computes in float64 whatever the dtype). Returns an
     :class:`Evolution`; sample it with :func:`sample_register` / :func:`register_to_states`.
@@ -402,8 +404,9 @@ def evolve(model, schedule="linear", annealing_time=1.0, *, num_steps=None, orde
     prob = prepare(model)
     M = prob.h.shape[0]
     if num_steps is None:
+        min_steps = check_positive_int("min_steps", min_steps)
         steps = _num_steps(schedule, t_a, np.asarray(prob.flip_scales, np.float64).reshape(M),
-                           order, tolerance)
+                           order, tolerance, min_steps)
         if M and steps.max() > _MAX_STEPS:
             raise ValueError(
                 f"the automatic step count for annealing_time={t_a} ns and tolerance={tolerance} "

@@ -104,16 +104,9 @@ class DiabaticAnnealingSampler(Sampler):
             return self._sample_traced(model, key, num_samples, num_chains, schedule, t_a,
                                        min_steps, opts)
         t0 = time.perf_counter()
-        num_steps = opts["num_steps"]
-        if num_steps is None and min_steps != quantum.MIN_STEPS:
-            order = quantum.check_order(opts["order"])
-            flips = quantum.prepare(model).flip_scales
-            num_steps = np.asarray(quantum.traced_num_steps(schedule, t_a, flips, order=order,
-                                                            tolerance=opts["tolerance"],
-                                                            min_steps=min_steps))
-        ev = quantum.evolve(model, schedule, t_a, num_steps=num_steps,
+        ev = quantum.evolve(model, schedule, t_a, num_steps=opts["num_steps"],
                             order=opts["order"], tolerance=opts["tolerance"],
-                            backend=opts["backend"])
+                            min_steps=min_steps, backend=opts["backend"])
         probs = jnp.abs(ev.amplitudes) ** 2
         norm = jnp.sum(probs, axis=-1, keepdims=True)
         probs = jax.block_until_ready(probs / norm)

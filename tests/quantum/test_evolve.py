@@ -362,6 +362,29 @@ def test_automatic_counts_are_per_model():
         _evolve.evolve(batch, sched, 2.0, num_steps=np.array([10, 2**31]))
 
 
+def test_min_steps_raises_the_automatic_counts_alike_on_the_host_and_traced():
+    # min_steps above the weak model's count and below the strong one's: the weak model runs
+    # min_steps, the strong one its own count, in evolve, in the sampler on concrete models and
+    # in the sampler under jit (the traced count)
+    from isingattn.samplers import DiabaticAnnealingSampler
+
+    weak, strong = _model(4, 1, scale=0.3), _model(4, 2, scale=6.0)
+    batch = IsingModel(h=jnp.stack([weak.h, strong.h]), J=jnp.stack([weak.J, strong.J]))
+    sched = dwave_like_schedule()
+    plain = _evolve.evolve(batch, sched, 2.0).num_steps
+    floor = int(plain[0]) * 3
+    assert plain[0] < floor < plain[1]
+    ev = _evolve.evolve(batch, sched, 2.0, min_steps=floor)
+    np.testing.assert_array_equal(ev.num_steps, [floor, plain[1]])
+    sampler = DiabaticAnnealingSampler(sched, 2.0, min_steps=floor)
+    np.testing.assert_array_equal(sampler.sample(batch, jax.random.key(0), 4).info["num_steps"],
+                                  [floor, plain[1]])
+    traced = jax.jit(lambda mo: sampler.sample(mo, jax.random.key(0), 4).info["num_steps"])(batch)
+    np.testing.assert_array_equal(np.asarray(traced), [floor, plain[1]])
+    with pytest.raises(ValueError, match="min_steps must be"):
+        _evolve.evolve(batch, sched, 2.0, min_steps=0)
+
+
 def test_backend_choice_errors():
     m = _model(3, 0)
     with pytest.raises(ValueError, match=r"backend must be one of .*'auto', 'numba', 'jax'"):
