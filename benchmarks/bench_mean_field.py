@@ -137,16 +137,21 @@ def run_step(lengths, repeats, pretrain):
                 v[4].append(time.perf_counter() - t)
                 v[1] = state
                 v[6] = v[5].take()
-        anchor = statistics.median(variants["softmax"][4][1:])
+        soft = variants["softmax"][4][1:]
+        anchor = statistics.median(soft)
         for name, v in variants.items():
             ts = v[4][1:]
             med = statistics.median(ts)
+            # the ratio within each round as well: the variants of a round run back to back, so
+            # it is not moved by the machine's speed drifting between rounds
+            per_round = "" if name == "softmax" else (
+                f" (per round: median {statistics.median(t / a for t, a in zip(ts, soft)):.2f}x)")
             it = "" if name == "softmax" else (
                 f"  iterations per layer: forward {per_layer(v[6], 'forward')}, "
                 f"adjoint {per_layer(v[6], 'adjoint')}")
             label = "softmax" if name == "softmax" else f"mean_field, relative, {name}"
             print(f"  L={L:4d} {label:34s} {med * 1e3:8.1f} ms [{min(ts) * 1e3:.0f}-"
-                  f"{max(ts) * 1e3:.0f}]  = {med / anchor:5.2f}x softmax  compile "
+                  f"{max(ts) * 1e3:.0f}]  = {med / anchor:5.2f}x softmax{per_round}  compile "
                   f"{v[3]:5.1f} s{it}")
 
 
