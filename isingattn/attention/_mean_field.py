@@ -53,8 +53,7 @@ def _to_tiles(x, tiles):
     """``(B, N, T, S)`` -> tuple of heads-first tiles ``(N, B, t, e)``.
 
     The queries are split (``split``, whose transpose is one ``concatenate``) before the keys are
-    cut: the gradient then pads every tile to its own rows only, where slicing each tile out of
-    the whole array padded every tile's gradient to the whole ``(B, N, T, S)`` and summed them."""
+    cut, so that the gradient pads each tile to its own rows only (one pass over the square)."""
     if len(tiles) == 1:
         parts = [x[:, :, tiles[0][0]:tiles[0][1]]]
     else:
