@@ -282,9 +282,15 @@ def check_order(order) -> int:
 def total_phase(schedule: AnnealingSchedule, annealing_time: float, flip_scale: float) -> float:
     """``Phi = pi t_a int_0^1 (A(s) + F B(s)) ds`` (radians): the phase scale of the anneal, with
     ``F = max_i (|h_i| + sum_j |J_ij|)`` the largest single-flip half-energy."""
-    intA = np.trapezoid(schedule.A, schedule.s)
-    intB = np.trapezoid(schedule.B, schedule.s)
-    return float(np.pi * annealing_time * (intA + flip_scale * intB))
+    return float(_total_phase(schedule, annealing_time, flip_scale))
+
+
+def _total_phase(schedule, annealing_time, F):
+    """:func:`total_phase` of a flip scale or an array of them (any array module; the integrals
+    enter as Python floats, so an array keeps its dtype)."""
+    intA = float(np.trapezoid(schedule.A, schedule.s))
+    intB = float(np.trapezoid(schedule.B, schedule.s))
+    return math.pi * annealing_time * (intA + F * intB)
 
 
 @functools.lru_cache(maxsize=64)
@@ -353,8 +359,7 @@ def _step_counts(xp, schedule, annealing_time, F, order, tolerance, min_steps=MI
     whole numbers in ``F``'s float dtype (1 where the total phase is 0)."""
     order = check_order(order)
     w = math.pi * annealing_time
-    phi_total = w * (float(np.trapezoid(schedule.A, schedule.s))
-                     + F * float(np.trapezoid(schedule.B, schedule.s)))
+    phi_total = _total_phase(schedule, annealing_time, F)
     G = w ** (order + 1) * xp.polyval(
         xp.asarray(error_moments(schedule, order)[::-1], F.dtype), F)
     n = xp.maximum(xp.ceil(_STEP_CONSTANT[order] * (xp.maximum(G, 0.0) / tolerance)
