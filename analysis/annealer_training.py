@@ -215,7 +215,9 @@ def config_of(p: Point, P) -> TrainConfig:
         d_model=P["d_model"], heads=P["heads"], steps=P["steps"], batch=P["batch"],
         lr=P["lr"], warmup=P["warmup"], seed=p.seed, eval_every=P["eval_every"],
         eval_examples=P["eval_examples"], test_examples=P["test_examples"],
-        checkpoint_every=max(P["eval_every"], 50), **extra)
+        # a checkpoint at every evaluation: the slowest points take hours per 25 steps, and the
+        # interval changes no number of a run (TrainConfig.RESUMABLE_CHANGES)
+        checkpoint_every=P["eval_every"], **extra)
 
 
 def _read_csv(path):
