@@ -27,6 +27,28 @@ def test_import_loads_no_heavy_dependency_until_used():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
+_NO_KERNEL = """
+import sys
+import isingattn
+from isingattn import attention, cli, diagnostics, exact, experiments, models, quantum, samplers
+attention.Transfer, attention.MeanField, attention.TransformerLM, isingattn.BoltzmannMultiHeadAttention
+loaded = sorted(m for m in sys.modules if m.startswith("isingattn._kernels."))
+print(" ".join(loaded))
+"""
+
+#: The kernel modules whose import compiles numba code (their handlers are module-level cfuncs).
+_COMPILED_AT_IMPORT = ("anneal", "chain", "chromatic", "simulated", "swendsen_wang", "transfer")
+
+
+def test_import_compiles_no_kernel_until_one_is_used():
+    # a first import with an empty numba cache took ~25 s when two kernels compiled at import
+    proc = subprocess.run([sys.executable, "-c", _NO_KERNEL], capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = {m.rsplit(".", 1)[1] for m in proc.stdout.split()}
+    assert not loaded & set(_COMPILED_AT_IMPORT), loaded
+
+
 def test_every_public_name_resolves_to_its_subpackage_object():
     import importlib
 

@@ -40,7 +40,6 @@ import numpy as np
 
 from .. import _vma
 from .._constants import BIG as _BIG
-from .._kernels import chain as _chain
 from .._kernels import ffi as _ffi
 from .._validation import check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
@@ -427,6 +426,8 @@ def _jax_moments(a, z, win, r, marginals, energy):
 def _kernel_moments(a, z, win, r, marginals, energy):
     """:func:`_jax_moments` by the compiled kernel where its float64 range is enough (else the
     log-domain recursions); derivatives always by the recursions."""
+    from .._kernels import chain as _chain  # compiled on first use, not at import
+
     return jax.lax.cond(
         _chain.chain_safe(win),
         lambda a, z, w: _chain.chain_moments(a, z, w, marginals=marginals, energy=energy),

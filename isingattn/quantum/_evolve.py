@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._kernels import anneal, ffi
+from .._kernels import ffi
 from .._validation import check_choice, check_positive_int, is_concrete
 from ..models import ModelBase, Vartype
 from ._schedule import AnnealingSchedule, as_schedule
@@ -248,6 +248,8 @@ def _evolve_batch(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order, ba
     (:mod:`isingattn._kernels.anneal`, float64 arithmetic), on ``"jax"`` by :func:`_evolve_one`
     mapped over the batch."""
     if backend == "numba":
+        from .._kernels import anneal  # compiled on first use, not when isingattn is imported
+
         return anneal.evolve_states(energy, active, s_tab, A_tab, B_tab, t_a, num_steps, order)
     weights = _SUBSTEPS[order]
     fn = lambda e, a, n: _evolve_one(e, a, s_tab, A_tab, B_tab, t_a, n, weights)
