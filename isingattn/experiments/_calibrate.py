@@ -13,11 +13,9 @@ exactly (checkpoints hold the state before it).
 
 from __future__ import annotations
 
-import csv
-import io
-import os
-
 import numpy as np
+
+from ._logs import StepLog
 
 #: Columns of ``calibration.csv``.
 CALIBRATION_FIELDS = ["step", "layer", "round", "head", "probes", "num_samples", "beta", "c_h",
@@ -78,37 +76,16 @@ def calibration_description(trainer) -> dict | None:
             **formula_record(method, config.beta), "initial_scales": layers}
 
 
-class CalibrationLog:
+class CalibrationLog(StepLog):
     """``calibration.csv``: one row per measurement, layer, round and head."""
 
     def __init__(self, path, *, enabled: bool = True):
-        self.path = path
-        self.enabled = enabled  # False: a data-parallel run's other processes write nothing
+        super().__init__(path, CALIBRATION_FIELDS, enabled=enabled)
 
     def truncate_from(self, step):
         """Drop rows of ``step`` and later (a resumed run measures them again)."""
-        from ._train import keep_steps_below
-
-        if self.enabled:
-            keep_steps_below(self.path, CALIBRATION_FIELDS, step)
+        self.keep_steps_below(step)
 
     def append(self, records):
-        if not self.enabled:
-            return
-        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
-        buf = io.StringIO(newline="")
-        w = csv.DictWriter(buf, fieldnames=CALIBRATION_FIELDS, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        for r in records:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v)
-                        for k, v in r.items()})
-        with open(self.path, "a", newline="") as f:
-            f.write(buf.getvalue())
-            f.flush()
-
-    def read(self):
-        if not os.path.exists(self.path):
-            return []
-        with open(self.path, newline="") as f:
-            return list(csv.DictReader(f))
+        self.append_rows([{k: (f"{v:.6g}" if isinstance(v, (float, np.floating)) else v)
+                           for k, v in r.items()} for r in records])

@@ -13,10 +13,8 @@ resumed from its last checkpoint continues with the numbers the uninterrupted ru
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import io
 import json
 import os
 import platform
@@ -29,6 +27,7 @@ import numpy as np
 from .._io import atomic_write, write_json
 from ._calibrate import CalibrationLog, calibrate_trainer, calibration_description
 from ._config import TrainConfig, build_model, build_task, check_method
+from ._logs import StepLog
 from ._tasks import Batch, batch_rng
 
 CHECKPOINT_DIR = "checkpoints"
@@ -409,58 +408,21 @@ def load_checkpoint(out, trainer: Trainer, step: int | None = None, *,
     return int(data["step"]), json.loads(data["extra"])
 
 
-def keep_steps_below(path, fields, stop):
-    """Rewrite the CSV log ``path`` (columns ``fields``) keeping the complete rows whose
-    ``step`` is below ``stop`` (a half-written last line is dropped); atomic. No file: nothing."""
-    if not os.path.exists(path):
-        return
-    with open(path, newline="") as f:
-        text = f.read()
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    rows = list(csv.DictReader(io.StringIO(text)))
-    keep = [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < stop]
-    buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(keep)
-    atomic_write(path, buf.getvalue())
-
-
-class MetricsLog:
+class MetricsLog(StepLog):
     """``metrics.csv``: step, split, loss, metric and the task's extra columns, one row per
     evaluation, appended and flushed as it goes."""
 
     def __init__(self, path, task, *, enabled: bool = True):
-        self.path = path
-        self.fields = ["step", "split", "loss", "metric"] + metric_names(task)
-        self.enabled = enabled  # False: a data-parallel run's other processes write nothing
+        super().__init__(path, ["step", "split", "loss", "metric"] + metric_names(task),
+                         enabled=enabled)
 
     def truncate_after(self, step):
         """Drop rows of steps after ``step`` (a resumed run writes them again)."""
-        if self.enabled:
-            keep_steps_below(self.path, self.fields, step + 1)
+        self.keep_steps_below(step + 1)
 
     def append(self, step, split, metrics):
-        if not self.enabled:
-            return
-        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
-        buf = io.StringIO(newline="")
-        w = csv.DictWriter(buf, fieldnames=self.fields, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        row = {"step": step, "split": split}
-        row.update({k: _fmt(v) for k, v in metrics.items()})
-        w.writerow(row)
-        with open(self.path, "a", newline="") as f:
-            f.write(buf.getvalue())
-            f.flush()
-
-    def read(self):
-        if not os.path.exists(self.path):
-            return []
-        with open(self.path, newline="") as f:
-            return list(csv.DictReader(f))
+        self.append_rows([{"step": step, "split": split,
+                           **{k: _fmt(v) for k, v in metrics.items()}}])
 
 
 def _fmt(v):
