@@ -197,6 +197,21 @@ def BoltzmannQPUEmulator(*args, **kwargs):
 # ---------------------------------------------------------------------------------------------
 # credentials
 # ---------------------------------------------------------------------------------------------
+def _call_options(opts):
+    """``(auto_scale, chain_strength, keyword arguments of the QPU call)`` from the options of a
+    sample call, as :class:`QPUSampler` and the tiled sampler read them. Raises ValueError for
+    a ``chain_strength`` that is neither None nor finite and > 0."""
+    auto_scale = bool(opts.get("auto_scale", True))
+    chain_strength = opts.get("chain_strength")
+    if chain_strength is not None and not (np.isfinite(chain_strength) and chain_strength > 0):
+        raise ValueError(f"chain_strength must be finite and > 0 or None; got {chain_strength!r}")
+    qpu_kw = {"answer_mode": "raw", "auto_scale": auto_scale}
+    for name in ("annealing_time", "fast_anneal"):
+        if opts.get(name) is not None:
+            qpu_kw[name] = opts[name]
+    return auto_scale, chain_strength, qpu_kw
+
+
 def _check_credentials(config_file=None, profile=None, token=None):
     """Load dwave-cloud-client's configuration (files, DWAVE_* environment) and fail at once,
     without any network call, when no API token is defined."""
@@ -431,15 +446,8 @@ class QPUSampler(Sampler):
         opts = {**self.defaults, **options}
         method = opts.get("chain_break_method", "majority_vote")
         check_choice("chain_break_method", method, CHAIN_BREAK_METHODS)
-        auto_scale = bool(opts.get("auto_scale", True))
-        chain_strength = opts.get("chain_strength")
-        if chain_strength is not None and not (np.isfinite(chain_strength) and chain_strength > 0):
-            raise ValueError(f"chain_strength must be finite and > 0 or None; got {chain_strength!r}")
+        auto_scale, chain_strength, qpu_kw = _call_options(opts)
         max_rounds = int(opts.get("max_discard_rounds", 10))
-        qpu_kw = {"answer_mode": "raw", "auto_scale": auto_scale}
-        for name in ("annealing_time", "fast_anneal"):
-            if opts.get(name) is not None:
-                qpu_kw[name] = opts[name]
 
         batch, n = model.batch_shape, model.n
         total = num_chains * num_samples

@@ -40,7 +40,14 @@ import numpy as np
 
 from ..models import Vartype
 from ._base import Sampler, seed_from_key
-from ._qpu import MajorityVote, QPUSampler, WeightedRandom, _digest, auto_scale_factor
+from ._qpu import (
+    MajorityVote,
+    QPUSampler,
+    WeightedRandom,
+    _call_options,
+    _digest,
+    auto_scale_factor,
+)
 
 #: Chain-break methods of a tiled call.
 TILED_CHAIN_BREAK_METHODS = ("majority_vote", "weighted_random")
@@ -163,12 +170,7 @@ class TiledQPUSampler(Sampler):
                 f"chain_break_method must be one of {valid} when problems share QPU calls "
                 f"(tiled); got {method!r} ('discard' would drop reads of every problem of a "
                 "call)")
-        auto_scale = bool(opts.get("auto_scale", True))
-        chain_strength = opts.get("chain_strength")
-        qpu_kw = {"answer_mode": "raw", "auto_scale": auto_scale}
-        for name in ("annealing_time", "fast_anneal"):
-            if opts.get(name) is not None:
-                qpu_kw[name] = opts[name]
+        auto_scale, chain_strength, qpu_kw = _call_options(opts)
 
         batch, n = model.batch_shape, model.n
         total = num_chains * num_samples

@@ -25,6 +25,7 @@ from isingattn.samplers import (
     OfflineQPUSampler,
     QPUConfigurationError,
     QPUSampler,
+    TiledQPUSampler,
     as_dimod_sampler,
     get_sampler,
     host_sample_callback,
@@ -130,6 +131,14 @@ def test_chain_break_methods_end_to_end(qpu):
         qpu.sample(m, KEY, 2, chain_break_method="vote")
     with pytest.raises(ValueError, match="chain_strength"):
         qpu.sample(m, KEY, 2, chain_strength=-1.0)
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, float("nan")])
+def test_tiled_sampler_refuses_what_the_qpu_refuses(qpu, bad):
+    # the tiled sampler reads the QPU's call options with the same code
+    tiled = TiledQPUSampler(qpu)
+    with pytest.raises(ValueError, match=r"chain_strength must be finite and > 0 or None; got"):
+        tiled.sample(_model(batch_shape=(2,)), KEY, 2, chain_strength=bad)
 
 
 def test_auto_scale_off_range_errors_and_unit_scale(qpu):
