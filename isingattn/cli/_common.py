@@ -24,26 +24,25 @@ def load_model(spec):
     return model_from_spec(spec)
 
 
-def positive_int(text):
-    """argparse type: an integer >= 1 (argparse turns the ValueError into a one-line error)."""
+def _int_at_least(text, least):
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {value}")
+        raise argparse.ArgumentTypeError(f"must be an integer >= {least}; got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {least}; got {value}")
     return value
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1 (argparse turns the ArgumentTypeError into a one-line
+    error)."""
+    return _int_at_least(text, 1)
 
 
 def nonnegative_int(text):
     """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {value}")
-    return value
+    return _int_at_least(text, 0)
 
 
 def _check_writable_dir(folder, what):
