@@ -197,21 +197,6 @@ def BoltzmannQPUEmulator(*args, **kwargs):
 # ---------------------------------------------------------------------------------------------
 # credentials
 # ---------------------------------------------------------------------------------------------
-def _call_options(opts):
-    """``(auto_scale, chain_strength, keyword arguments of the QPU call)`` from the options of a
-    sample call, as :class:`QPUSampler` and the tiled sampler read them. Raises ValueError for
-    a ``chain_strength`` that is neither None nor finite and > 0."""
-    auto_scale = bool(opts.get("auto_scale", True))
-    chain_strength = opts.get("chain_strength")
-    if chain_strength is not None and not (np.isfinite(chain_strength) and chain_strength > 0):
-        raise ValueError(f"chain_strength must be finite and > 0 or None; got {chain_strength!r}")
-    qpu_kw = {"answer_mode": "raw", "auto_scale": auto_scale}
-    for name in ("annealing_time", "fast_anneal"):
-        if opts.get(name) is not None:
-            qpu_kw[name] = opts[name]
-    return auto_scale, chain_strength, qpu_kw
-
-
 def _check_credentials(config_file=None, profile=None, token=None):
     """Load dwave-cloud-client's configuration (files, DWAVE_* environment) and fail at once,
     without any network call, when no API token is defined."""
@@ -281,6 +266,21 @@ def _unreachable(exc):
 # ---------------------------------------------------------------------------------------------
 # the backend
 # ---------------------------------------------------------------------------------------------
+def _call_options(opts):
+    """``(auto_scale, chain_strength, keyword arguments of the QPU call)`` from the options of a
+    sample call, as :class:`QPUSampler` and the tiled sampler read them. Raises ValueError for
+    a ``chain_strength`` that is neither None nor finite and > 0."""
+    auto_scale = bool(opts.get("auto_scale", True))
+    chain_strength = opts.get("chain_strength")
+    if chain_strength is not None and not (np.isfinite(chain_strength) and chain_strength > 0):
+        raise ValueError(f"chain_strength must be finite and > 0 or None; got {chain_strength!r}")
+    qpu_kw = {"answer_mode": "raw", "auto_scale": auto_scale}
+    for name in ("annealing_time", "fast_anneal"):
+        if opts.get(name) is not None:
+            qpu_kw[name] = opts[name]
+    return auto_scale, chain_strength, qpu_kw
+
+
 class QPUSampler(Sampler):
     """A D-Wave QPU (dwave-system ``DWaveSampler``) as a backend, with embeddings cached per
     problem structure.
