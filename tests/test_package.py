@@ -41,7 +41,7 @@ _COMPILED_AT_IMPORT = ("anneal", "chain", "chromatic", "simulated", "swendsen_wa
 
 
 def test_import_compiles_no_kernel_until_one_is_used():
-    # a first import with an empty numba cache took ~25 s when two kernels compiled at import
+    # an import must not pay for kernels it may never use (tens of seconds with an empty cache)
     proc = subprocess.run([sys.executable, "-c", _NO_KERNEL], capture_output=True, text=True,
                           check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
