@@ -26,7 +26,8 @@ test accuracy with the training sampler and with exact inference, the effective 
 and scales at the first and last measurement, seconds per step), ``curves.json`` (validation
 curves and calibration records per point), ``summary.json``, ``summary.md`` and the plots.
 An interrupted sweep resumes: finished points are read back, an unfinished run continues from
-its checkpoint. The protocol (the ``PRESETS`` table) is written next to the CSV; resuming under
+its checkpoint. A point that raises is reported with its traceback and left out of the table
+(tried again on the next resume); the others go on, and the script then exits non-zero. The protocol (the ``PRESETS`` table) is written next to the CSV; resuming under
 another protocol stops with the settings that differ.
 
 Run (resumable, spread over sessions)::
@@ -44,6 +45,7 @@ import math
 import os
 import sys
 import time
+import traceback
 
 import numpy as np
 from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
@@ -318,17 +320,28 @@ def run_points(todo_all, table, P, args):
           + (f" (this session: {args.max_points})" if args.max_points else ""), file=sys.stderr)
     todo = todo[: args.max_points]
     curves_path = os.path.join(args.out, "curves.json")
+    failed = []
     for i, p in enumerate(todo, 1):
         if p.key in table.refresh().done:  # run meanwhile by another process
             print(f"[{i}/{len(todo)}] {p.name}: in the table already", file=sys.stderr)
             continue
         t0 = time.perf_counter()
-        row = measure(p, P, args.runs, curves_path)
+        try:
+            row = measure(p, P, args.runs, curves_path)
+        except Exception as e:  # noqa: BLE001 (one point's failure does not stop the others)
+            traceback.print_exc()
+            last = (str(e).strip().splitlines() or [""])[-1]
+            print(f"[{i}/{len(todo)}] {p.name}: FAILED after {time.perf_counter() - t0:.0f} s "
+                  f"({type(e).__name__}: {last}); not in the table, tried again on the next "
+                  "resume", file=sys.stderr, flush=True)
+            failed.append(p.name)
+            continue
         table.append(row, digits=6)
         print(f"[{i}/{len(todo)}] {p.task:9s} {p.source.name:18s} M={p.num_samples:<4d} "
               f"seed={p.seed}: test acc {row['test_accuracy']:.4f} (exact inference "
               f"{row['exact_test_accuracy']:.4f}) {row['seconds_per_step']:.3f} s/step "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return failed
 
 
 # ------------------------------------------------------------------------------------------------
@@ -521,9 +534,10 @@ def main(argv=None):
                                 parse_row)
     if args.fresh and os.path.exists(os.path.join(args.out, "curves.json")):
         os.remove(os.path.join(args.out, "curves.json"))
-    if not args.report:
-        run_points(points(P), table, P, args)
+    failed = [] if args.report else run_points(points(P), table, P, args) or []
     report(table, P, args.out)
+    if failed:
+        raise SystemExit(f"{len(failed)} point(s) failed (messages above): {', '.join(failed)}")
 
 
 if __name__ == "__main__":

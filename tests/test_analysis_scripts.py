@@ -355,3 +355,36 @@ def test_annealer_training_full_preset_runs_the_declared_points_comparison_first
     assert blocks[0] == next(n for n in P["m_sweep"] if n in blocks)
     slow = [at._slow(p.source, P) for p in pts]
     assert all(slow[-sum(slow):])
+
+
+def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(ANALYSIS)
+    import annealer_training as at
+
+    P = at.PRESETS["quick"]
+    todo = at.points(P)[:3]
+
+    class Table:
+        done, rows = set(), []
+
+        def refresh(self):
+            return self
+
+        def append(self, row, digits=None):
+            self.rows.append(row)
+
+    def measure(p, P, runs, curves_path):
+        if p is todo[0]:
+            raise ValueError("INTERNAL: callback failed\nValueError: fields beyond h_range")
+        return {"test_accuracy": 0.5, "exact_test_accuracy": 0.5, "seconds_per_step": 0.1,
+                "name": p.name}
+
+    monkeypatch.setattr(at, "measure", measure)
+    args = type("Args", (), {"task": None, "max_points": None, "out": "/nonexistent",
+                             "runs": "/nonexistent"})()
+    table = Table()
+    failed = at.run_points(todo, table, P, args)
+    assert failed == [todo[0].name]
+    assert [r["name"] for r in table.rows] == [p.name for p in todo[1:]]
+    err = capsys.readouterr().err
+    assert f"{todo[0].name}: FAILED" in err and "fields beyond h_range" in err
