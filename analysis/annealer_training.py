@@ -26,8 +26,13 @@ test accuracy with the training sampler and with exact inference, the effective 
 and scales at the first and last measurement, seconds per step), ``curves.json`` (validation
 curves and calibration records per point), ``summary.json``, ``summary.md`` and the plots.
 An interrupted sweep resumes: finished points are read back, an unfinished run continues from
-its checkpoint. A point that raises is reported with its traceback and left out of the table
-(tried again on the next resume); the others go on, and the script then exits non-zero. The protocol (the ``PRESETS`` table) is written next to the CSV; resuming under
+its checkpoint. A point whose sampler refuses the model its run has trained (the QPU path with
+``auto_scale`` off, once the trained fields or couplings leave the hardware's ``h_range`` /
+``J_range``, as a real QPU would) is an outcome, not a fault: it is recorded in ``stopped.csv``
+(the step it reached, its last validation accuracy, the refusal) and not run again on resume
+(delete its row to retry it). Any other point that raises is reported with its traceback and
+left out of the table (tried again on the next resume); the others go on, and the script then
+exits non-zero. The protocol (the ``PRESETS`` table) is written next to the CSV; resuming under
 another protocol stops with the settings that differ.
 
 Run (resumable, spread over sessions)::
@@ -309,8 +314,50 @@ def row_key(r):
     return (r["task"], r["source"], int(r["num_samples"]), int(r["seed"]))
 
 
+STOPPED_FIELDS = ["task", "source", "num_samples", "seed", "last_step", "valid_accuracy",
+                  "reason"]
+# the QPU path's refusal of a model outside the hardware's ranges (samplers/_qpu.py); it reaches
+# the training loop wrapped in the host callback's error, so it is recognised by its text
+_REFUSAL = "must lie in the QPU's"
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The hardware-range refusal carried by ``exc`` (its message line), or None if ``exc`` is
+    any other error."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if _REFUSAL in ln]
+    if not lines:
+        return None
+    line = lines[-1]
+    return line.split(": ", 1)[1] if line.startswith("ValueError: ") else line
+
+
+def read_stopped(out) -> dict:
+    """``stopped.csv`` under ``out`` as {point key: row}."""
+    rows = _read_csv(os.path.join(out, "stopped.csv"))
+    return {(r["task"], r["source"], int(r["num_samples"]), int(r["seed"])): r for r in rows}
+
+
+def record_stopped(p: Point, run_dir, reason, out) -> dict:
+    """Append the stopped point ``p`` to ``stopped.csv``: the last step its run logged, the
+    validation accuracy there, the refusal."""
+    valid = [r for r in _read_csv(os.path.join(run_dir, "metrics.csv")) if r["split"] == "valid"]
+    last = valid[-1] if valid else {"step": 0, "metric": "nan"}
+    row = {"task": p.task, "source": p.source.name, "num_samples": p.num_samples,
+           "seed": p.seed, "last_step": int(last["step"]), "valid_accuracy": last["metric"],
+           "reason": reason}
+    path = os.path.join(out, "stopped.csv")
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STOPPED_FIELDS)
+        if new:
+            w.writeheader()
+        w.writerow(row)
+    return row
+
+
 def run_points(todo_all, table, P, args):
-    todo = [p for p in todo_all if p.key not in table.done]
+    stopped = read_stopped(args.out)
+    todo = [p for p in todo_all if p.key not in table.done and p.key not in stopped]
     if args.task:
         todo = [p for p in todo if p.task in args.task]
     if not todo:
@@ -329,6 +376,13 @@ def run_points(todo_all, table, P, args):
         try:
             row = measure(p, P, args.runs, curves_path)
         except Exception as e:  # noqa: BLE001 (one point's failure does not stop the others)
+            reason = refusal(e)
+            if reason is not None:
+                row = record_stopped(p, os.path.join(args.runs, p.name), reason, args.out)
+                print(f"[{i}/{len(todo)}] {p.name}: STOPPED after step {row['last_step']} "
+                      f"(the sampler refuses the trained model: {reason}); recorded in "
+                      "stopped.csv", file=sys.stderr, flush=True)
+                continue
             traceback.print_exc()
             last = (str(e).strip().splitlines() or [""])[-1]
             print(f"[{i}/{len(todo)}] {p.name}: FAILED after {time.perf_counter() - t0:.0f} s "
@@ -349,9 +403,9 @@ def run_points(todo_all, table, P, args):
 # ------------------------------------------------------------------------------------------------
 
 
-def summarize(rows, P):
+def summarize(rows, P, stopped=()):
     """Accuracy per (task, source, M) over seeds, paired gaps to ``exact``, effective
-    temperatures, seconds per step."""
+    temperatures, seconds per step; ``stopped`` (rows of ``stopped.csv``) listed apart."""
     out = {}
     order = [s.name for s in sources(P)]
     for task in P["tasks"]:
@@ -378,7 +432,7 @@ def summarize(rows, P):
                     "gamma_h_last": _nanmean([r["gamma_h_last"] for r in sel]),
                     "seconds_per_step": float(np.median([r["seconds_per_step"] for r in sel]))})
         out[task] = cells
-    return {"tasks": out, "points": len(rows)}
+    return {"tasks": out, "points": len(rows), "stopped": [dict(r) for r in stopped]}
 
 
 def _nanmean(x):
@@ -412,6 +466,14 @@ def markdown(S, P):
                 f"{_iv(c['accuracy'])} | {_iv(c['exact_accuracy'])} | {_iv(c['gap'])} | "
                 f"{_iv(c['exact_gap'])} | {_f(c['gamma_h_first'])} | {_f(c['gamma_h_last'])} | "
                 f"{_f(c['gamma_J_last'])} | {_f(c['seconds_per_step'])} |")
+        lines.append("")
+    if S.get("stopped"):
+        lines += ["### Stopped runs (the sampler refused the trained model; no test accuracy)",
+                  "", "| task | source | M | seed | last step | valid acc there | refusal |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['task']} | {r['source']} | {r['num_samples']} | {r['seed']} | "
+                  f"{r['last_step']} | {_f(float(r['valid_accuracy']))} | {r['reason']} |"
+                  for r in S["stopped"]]
         lines.append("")
     return "\n".join(lines)
 
@@ -506,7 +568,7 @@ def plot(S, rows, curves, P, out):
 
 
 def report(table, P, out):
-    S = summarize(table.rows, P)
+    S = summarize(table.rows, P, read_stopped(out).values())
     write_json(os.path.join(out, "summary.json"), jsonable(S))
     text = markdown(S, P)
     with open(os.path.join(out, "summary.md"), "w") as f:

@@ -357,12 +357,20 @@ def test_annealer_training_full_preset_runs_the_declared_points_comparison_first
     assert all(slow[-sum(slow):])
 
 
-def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys):
+def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp_path):
+    """A point that raises is left out and retried; one the QPU path refuses (trained fields
+    beyond its range) is recorded in stopped.csv, listed by the report, and not run again."""
     monkeypatch.syspath_prepend(ANALYSIS)
     import annealer_training as at
 
-    P = at.PRESETS["quick"]
+    P = at.PRESETS["full"]  # measure is replaced: nothing is trained
     todo = at.points(P)[:3]
+    refused = ("INTERNAL: CpuCallback error calling callback: Traceback\n  File x\n"
+               "ValueError: with auto_scale=False the fields beta*h must lie in the QPU's "
+               "h_range [-4.0, 4.0]; this model has [-4.055, 2.667] (dimod sign).")
+    (tmp_path / "runs" / todo[1].name).mkdir(parents=True)
+    (tmp_path / "runs" / todo[1].name / "metrics.csv").write_text(
+        "step,split,loss,metric\n100,train,0.1,0.96\n100,valid,0.07,0.9787\n")
 
     class Table:
         done, rows = set(), []
@@ -373,18 +381,37 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys):
         def append(self, row, digits=None):
             self.rows.append(row)
 
+    calls = []
+
     def measure(p, P, runs, curves_path):
+        calls.append(p.name)
         if p is todo[0]:
             raise ValueError("INTERNAL: callback failed\nValueError: fields beyond h_range")
+        if p is todo[1]:
+            raise ValueError(refused)
         return {"test_accuracy": 0.5, "exact_test_accuracy": 0.5, "seconds_per_step": 0.1,
                 "name": p.name}
 
     monkeypatch.setattr(at, "measure", measure)
-    args = type("Args", (), {"task": None, "max_points": None, "out": "/nonexistent",
-                             "runs": "/nonexistent"})()
+    args = type("Args", (), {"task": None, "max_points": None, "out": str(tmp_path),
+                             "runs": str(tmp_path / "runs")})()
     table = Table()
     failed = at.run_points(todo, table, P, args)
     assert failed == [todo[0].name]
-    assert [r["name"] for r in table.rows] == [p.name for p in todo[1:]]
+    assert [r["name"] for r in table.rows] == [todo[2].name]
     err = capsys.readouterr().err
     assert f"{todo[0].name}: FAILED" in err and "fields beyond h_range" in err
+    assert f"{todo[1].name}: STOPPED after step 100" in err
+    stopped = at.read_stopped(str(tmp_path))
+    assert list(stopped) == [todo[1].key]
+    row = stopped[todo[1].key]
+    assert row["last_step"] == "100" and float(row["valid_accuracy"]) == 0.9787
+    assert row["reason"].startswith("with auto_scale=False the fields beta*h must lie")
+    # on resume the stopped point is an outcome (not run again); the failed one is retried
+    calls.clear()
+    table.done = {todo[2].key}
+    at.run_points(todo, table, P, args)
+    assert calls == [todo[0].name]
+    text = at.markdown(at.summarize([], P, stopped.values()), P)
+    assert "Stopped runs" in text and f"| {todo[1].source.name} | " in text
+    assert at.refusal(ValueError("J out of range")) is None
