@@ -360,10 +360,13 @@ def run_points(todo_all, table, P, args):
     todo = [p for p in todo_all if p.key not in table.done and p.key not in stopped]
     if args.task:
         todo = [p for p in todo if p.task in args.task]
+    if args.source:
+        todo = [p for p in todo if p.source.name in args.source]
     if not todo:
         return
     print(f"{len(todo)} of {len(todo_all)} points to run"
           + (f" on {', '.join(args.task)}" if args.task else "")
+          + (f" from {', '.join(args.source)}" if args.source else "")
           + (f" (this session: {args.max_points})" if args.max_points else ""), file=sys.stderr)
     todo = todo[: args.max_points]
     curves_path = os.path.join(args.out, "curves.json")
@@ -585,6 +588,9 @@ def main(argv=None):
     ap.add_argument("--task", action="append", default=None, metavar="NAME",
                     help="run only this task's points (repeatable; a session's share of the "
                          "sweep: the declared set of points is unchanged)")
+    ap.add_argument("--source", action="append", default=None, metavar="NAME",
+                    help="run only this gradient source's points (repeatable; like --task, the "
+                         "declared set of points is unchanged)")
     args = ap.parse_args(argv)
     if args.max_points is not None and args.max_points < 1:
         ap.error(f"--max-points must be >= 1; got {args.max_points}")
@@ -592,6 +598,11 @@ def main(argv=None):
     unknown = sorted(set(args.task or ()) - set(tasks))
     if unknown:  # before the table is opened (--fresh would clear it)
         ap.error(f"--task {unknown[0]!r} is not a task of this sweep; valid: {', '.join(tasks)}")
+    names = [s.name for s in sources(PRESETS["quick" if args.quick else "full"])]
+    unknown = sorted(set(args.source or ()) - set(names))
+    if unknown:
+        ap.error(f"--source {unknown[0]!r} is not a source of this sweep; valid: "
+                 f"{', '.join(names)}")
     _, P, table, _ = open_sweep(args, PRESETS, "annealer_training.csv", FIELDS, row_key,
                                 parse_row)
     if args.fresh and os.path.exists(os.path.join(args.out, "curves.json")):

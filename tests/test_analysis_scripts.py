@@ -303,6 +303,10 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
     other = run_script("annealer_training.py", "--quick", "--out", out, "--task", "bracket",
                        check=False)
     assert other.returncode == 2 and "--task 'bracket' is not a task" in other.stderr
+    other = run_script("annealer_training.py", "--quick", "--out", out, "--source", "gibbs",
+                       check=False)
+    assert other.returncode == 2 and "--source 'gibbs' is not a source" in other.stderr
+    assert "valid: exact, sampled-exact" in other.stderr
     first = run_script("annealer_training.py", "--quick", "--out", out, "--max-points", "1",
                        "--task", "pair-copy")
     assert "2 of 2 points to run on pair-copy" in first.stderr
@@ -393,7 +397,8 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp
                 "name": p.name}
 
     monkeypatch.setattr(at, "measure", measure)
-    args = type("Args", (), {"task": None, "max_points": None, "out": str(tmp_path),
+    args = type("Args", (), {"task": None, "source": None, "max_points": None,
+                             "out": str(tmp_path),
                              "runs": str(tmp_path / "runs")})()
     table = Table()
     failed = at.run_points(todo, table, P, args)
@@ -412,6 +417,10 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp
     table.done = {todo[2].key}
     at.run_points(todo, table, P, args)
     assert calls == [todo[0].name]
+    calls.clear()  # --source: only that source's points
+    table.done, args.source = set(), [todo[2].source.name]
+    at.run_points(todo, table, P, args)
+    assert calls == [todo[2].name] and todo[2].source.name != todo[0].source.name
     text = at.markdown(at.summarize([], P, stopped.values()), P)
     assert "Stopped runs" in text and f"| {todo[1].source.name} | " in text
     assert at.refusal(ValueError("J out of range")) is None
