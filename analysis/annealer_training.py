@@ -406,6 +406,25 @@ def run_points(todo_all, table, P, args):
 # ------------------------------------------------------------------------------------------------
 
 
+#: the declared rule ("What counts" on the results page): competitive if the paired gap's 95%
+#: interval lies above -COMPETITIVE_MARGIN, not competitive if it lies below 0
+COMPETITIVE_MARGIN = 0.05
+
+
+def verdict(gap, seeds: int, stopped: int = 0) -> str:
+    """The declared rule applied to a paired ``gap`` (an Interval over seeds) of a cell that
+    should have ``seeds`` runs, ``stopped`` of them stopped by their sampler."""
+    if stopped:
+        return "not competitive (a run stopped)"
+    if gap is None or gap.n < seeds:
+        return f"pending ({0 if gap is None else gap.n} of {seeds} seeds)"
+    if gap.low > -COMPETITIVE_MARGIN:
+        return "competitive"
+    if gap.high < 0:
+        return "not competitive"
+    return "not decided"
+
+
 def summarize(rows, P, stopped=()):
     """Accuracy per (task, source, M) over seeds, paired gaps to ``exact``, effective
     temperatures, seconds per step; ``stopped`` (rows of ``stopped.csv``) listed apart."""
@@ -416,24 +435,32 @@ def summarize(rows, P, stopped=()):
                if r["task"] == task and r["source"] == "exact"}
         cells = []
         for name in order:
-            for M in sorted({r["num_samples"] for r in rows if r["source"] == name}):
+            stops = [r for r in stopped if r["task"] == task and r["source"] == name]
+            for M in sorted({r["num_samples"] for r in rows if r["source"] == name}
+                            | {int(r["num_samples"]) for r in stops}):
                 sel = [r for r in rows if r["task"] == task and r["source"] == name
                        and r["num_samples"] == M]
-                if not sel:
+                nstop = sum(1 for r in stops if int(r["num_samples"]) == M)
+                if not sel and not nstop:
                     continue
                 acc = {r["seed"]: r["test_accuracy"] for r in sel}
                 eacc = {r["seed"]: r["exact_test_accuracy"] for r in sel}
+                gap = paired_difference(acc, ref) if name != "exact" else None
+                exact_gap = paired_difference(eacc, ref) if name != "exact" else None
                 cells.append({
                     "source": name, "num_samples": M, "seeds": sorted(acc),
                     "accuracy": mean_interval(list(acc.values())),
                     "exact_accuracy": mean_interval(list(eacc.values())),
-                    "gap": paired_difference(acc, ref) if name != "exact" else None,
-                    "exact_gap": paired_difference(eacc, ref) if name != "exact" else None,
+                    "gap": gap, "exact_gap": exact_gap,
+                    "verdict": verdict(gap, len(P["seeds"]), nstop) if gap is not None else None,
+                    "exact_verdict": verdict(exact_gap, len(P["seeds"]), nstop)
+                    if exact_gap is not None else None,
                     "gamma_h_first": float(np.nanmean([r["gamma_h_first"] for r in sel]))
                     if any(np.isfinite(r["gamma_h_first"]) for r in sel) else math.nan,
                     "gamma_J_last": _nanmean([r["gamma_J_last"] for r in sel]),
                     "gamma_h_last": _nanmean([r["gamma_h_last"] for r in sel]),
-                    "seconds_per_step": float(np.median([r["seconds_per_step"] for r in sel]))})
+                    "seconds_per_step": float(np.median([r["seconds_per_step"] for r in sel]))
+                    if sel else math.nan})
         out[task] = cells
     return {"tasks": out, "points": len(rows), "stopped": [dict(r) for r in stopped]}
 
@@ -462,13 +489,15 @@ def markdown(S, P):
                    "over seeds"), "",
                   ("| source | M | seeds | acc (training sampler) | acc (exact inference) | "
                    "gap to exact (sampler) | gap to exact (exact inf.) | γ_h first | γ_h last | "
-                   "γ_J last | s/step |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+                   "γ_J last | s/step | verdict (sampler) | verdict (exact inf.) |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in cells:
             lines.append(
                 f"| {c['source']} | {c['num_samples'] or '–'} | {len(c['seeds'])} | "
                 f"{_iv(c['accuracy'])} | {_iv(c['exact_accuracy'])} | {_iv(c['gap'])} | "
                 f"{_iv(c['exact_gap'])} | {_f(c['gamma_h_first'])} | {_f(c['gamma_h_last'])} | "
-                f"{_f(c['gamma_J_last'])} | {_f(c['seconds_per_step'])} |")
+                f"{_f(c['gamma_J_last'])} | {_f(c['seconds_per_step'])} | "
+                f"{c['verdict'] or '–'} | {c['exact_verdict'] or '–'} |")
         lines.append("")
     if S.get("stopped"):
         lines += ["### Stopped runs (the sampler refused the trained model; no test accuracy)",

@@ -423,4 +423,23 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp
     assert calls == [todo[2].name] and todo[2].source.name != todo[0].source.name
     text = at.markdown(at.summarize([], P, stopped.values()), P)
     assert "Stopped runs" in text and f"| {todo[1].source.name} | " in text
+    assert "not competitive (a run stopped)" in text  # its cell, though no seed finished
     assert at.refusal(ValueError("J out of range")) is None
+
+
+def test_annealer_training_verdict_is_the_declared_rule(monkeypatch):
+    """Competitive: the paired gap's interval above -0.05; not competitive: below 0; otherwise
+    not decided; fewer seeds than declared: pending; a stopped run: not competitive."""
+    monkeypatch.syspath_prepend(ANALYSIS)
+    import annealer_training as at
+
+    from isingattn.experiments._stats import Interval, paired_difference
+
+    assert at.verdict(Interval(-0.02, -0.04, 0.0, 3), 3) == "competitive"
+    assert at.verdict(Interval(-0.02, -0.06, 0.02, 3), 3) == "not decided"
+    assert at.verdict(Interval(-0.10, -0.15, -0.01, 3), 3) == "not competitive"
+    assert at.verdict(Interval(-0.10, -0.15, -0.01, 2), 3) == "pending (2 of 3 seeds)"
+    assert at.verdict(Interval(0.0, 0.0, 0.0, 3), 3, stopped=1) == "not competitive (a run stopped)"
+    # from the seeds: gaps -0.01, -0.02, -0.03 (mean -0.02, t interval -0.02 +- 0.0248)
+    gap = paired_difference({0: 0.97, 1: 0.96, 2: 0.95}, {0: 0.98, 1: 0.98, 2: 0.98})
+    assert at.verdict(gap, 3) == "competitive"
