@@ -413,13 +413,15 @@ COMPETITIVE_MARGIN = 0.05
 
 def verdict(gap, seeds: int, stopped: int = 0) -> str:
     """The declared rule applied to a paired ``gap`` (an Interval over seeds) of a cell that
-    should have ``seeds`` runs, ``stopped`` of them stopped by their sampler."""
+    should have ``seeds`` runs, ``stopped`` of them stopped by their sampler. Where the interval
+    lies within the margin and below 0, both conditions hold, and the verdict says both."""
     if stopped:
         return "not competitive (a run stopped)"
     if gap is None or gap.n < seeds:
         return f"pending ({0 if gap is None else gap.n} of {seeds} seeds)"
     if gap.low > -COMPETITIVE_MARGIN:
-        return "competitive"
+        # both conditions can hold (a loss under the margin, yet below 0); the page reports both
+        return "competitive (a loss: below 0)" if gap.high < 0 else "competitive"
     if gap.high < 0:
         return "not competitive"
     return "not decided"

@@ -428,8 +428,9 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp
 
 
 def test_annealer_training_verdict_is_the_declared_rule(monkeypatch):
-    """Competitive: the paired gap's interval above -0.05; not competitive: below 0; otherwise
-    not decided; fewer seeds than declared: pending; a stopped run: not competitive."""
+    """Competitive: the paired gap's interval above -0.05; not competitive: below 0 (both can
+    hold); otherwise not decided; fewer seeds than declared: pending; a stopped run: not
+    competitive."""
     monkeypatch.syspath_prepend(ANALYSIS)
     import annealer_training as at
 
@@ -443,3 +444,5 @@ def test_annealer_training_verdict_is_the_declared_rule(monkeypatch):
     # from the seeds: gaps -0.01, -0.02, -0.03 (mean -0.02, t interval -0.02 +- 0.0248)
     gap = paired_difference({0: 0.97, 1: 0.96, 2: 0.95}, {0: 0.98, 1: 0.98, 2: 0.98})
     assert at.verdict(gap, 3) == "competitive"
+    # both conditions hold: a loss under 5 points, significantly below 0
+    assert at.verdict(Interval(-0.013, -0.025, -0.001, 3), 3) == "competitive (a loss: below 0)"
