@@ -636,8 +636,9 @@ def main(argv=None):
                  f"{', '.join(names)}")
     _, P, table, _ = open_sweep(args, PRESETS, "annealer_training.csv", FIELDS, row_key,
                                 parse_row)
-    if args.fresh and os.path.exists(os.path.join(args.out, "curves.json")):
-        os.remove(os.path.join(args.out, "curves.json"))
+    for name in ("curves.json", "stopped.csv"):  # the table itself is cleared by open_sweep
+        if args.fresh and os.path.exists(os.path.join(args.out, name)):
+            os.remove(os.path.join(args.out, name))
     failed = [] if args.report else run_points(points(P), table, P, args) or []
     report(table, P, args.out)
     if failed:

@@ -332,6 +332,14 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
     again = run_script("annealer_training.py", "--quick", "--out", out)
     assert "points to run" not in again.stderr
     assert len(read_rows(out / "annealer_training.csv")) == 2
+    # --fresh starts the sweep over: the table, the curves and the stopped runs go
+    (out / "stopped.csv").write_text("task,source,num_samples,seed,last_step,valid_accuracy,"
+                                     "reason\n")
+    run_script("annealer_training.py", "--quick", "--out", out, "--fresh", "--report")
+    assert not (out / "stopped.csv").exists() and not (out / "curves.json").exists()
+    table = out / "annealer_training.csv"
+    assert not table.exists() or read_rows(table) == []
+
 
 
 def test_annealer_training_full_preset_runs_the_declared_points_comparison_first(monkeypatch):
