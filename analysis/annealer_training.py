@@ -331,33 +331,35 @@ def refusal(exc: BaseException) -> str | None:
     return line.split(": ", 1)[1] if line.startswith("ValueError: ") else line
 
 
+def stopped_table(out):
+    """``stopped.csv`` under ``out`` as a :class:`ResultsTable` keyed like the results (its
+    appends flushed at once, a torn last line dropped, a point another process wrote meanwhile
+    not written twice)."""
+    from _results import ResultsTable
+
+    return ResultsTable(os.path.join(out, "stopped.csv"), STOPPED_FIELDS, row_key)
+
+
 def read_stopped(out) -> dict:
     """``stopped.csv`` under ``out`` as {point key: row}."""
-    rows = _read_csv(os.path.join(out, "stopped.csv"))
-    return {(r["task"], r["source"], int(r["num_samples"]), int(r["seed"])): r for r in rows}
+    return {row_key(r): r for r in stopped_table(out).rows}
 
 
-def record_stopped(p: Point, run_dir, reason, out) -> dict:
-    """Append the stopped point ``p`` to ``stopped.csv``: the last step its run logged, the
-    validation accuracy there, the refusal."""
+def record_stopped(p: Point, run_dir, reason, stopped) -> dict:
+    """Append the stopped point ``p`` to the table ``stopped``: the last step its run logged,
+    the validation accuracy there, the refusal."""
     valid = [r for r in _read_csv(os.path.join(run_dir, "metrics.csv")) if r["split"] == "valid"]
     last = valid[-1] if valid else {"step": 0, "metric": "nan"}
     row = {"task": p.task, "source": p.source.name, "num_samples": p.num_samples,
            "seed": p.seed, "last_step": int(last["step"]), "valid_accuracy": last["metric"],
            "reason": reason}
-    path = os.path.join(out, "stopped.csv")
-    new = not os.path.exists(path)
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=STOPPED_FIELDS)
-        if new:
-            w.writeheader()
-        w.writerow(row)
+    stopped.append(row)
     return row
 
 
 def run_points(todo_all, table, P, args):
-    stopped = read_stopped(args.out)
-    todo = [p for p in todo_all if p.key not in table.done and p.key not in stopped]
+    stopped = stopped_table(args.out)
+    todo = [p for p in todo_all if p.key not in table.done | stopped.done]
     if args.task:
         todo = [p for p in todo if p.task in args.task]
     if args.source:
@@ -372,7 +374,7 @@ def run_points(todo_all, table, P, args):
     curves_path = os.path.join(args.out, "curves.json")
     failed = []
     for i, p in enumerate(todo, 1):
-        if p.key in table.refresh().done:  # run meanwhile by another process
+        if p.key in table.refresh().done | stopped.refresh().done:  # by another process
             print(f"[{i}/{len(todo)}] {p.name}: in the table already", file=sys.stderr)
             continue
         t0 = time.perf_counter()
@@ -381,7 +383,7 @@ def run_points(todo_all, table, P, args):
         except Exception as e:  # noqa: BLE001 (one point's failure does not stop the others)
             reason = refusal(e)
             if reason is not None:
-                row = record_stopped(p, os.path.join(args.runs, p.name), reason, args.out)
+                row = record_stopped(p, os.path.join(args.runs, p.name), reason, stopped)
                 print(f"[{i}/{len(todo)}] {p.name}: STOPPED after step {row['last_step']} "
                       f"(the sampler refuses the trained model: {reason}); recorded in "
                       "stopped.csv", file=sys.stderr, flush=True)
