@@ -63,19 +63,31 @@ class InferenceMethod(Protocol):
                  causal=False, log_partition=False, coupling_grad=True) -> Inference: ...
 
 
-def _normalize_rows(logu, mask):
-    """``exp(logu - max)`` over allowed keys (0 where masked; all-masked rows stay 0)."""
-    logu = jnp.where(mask, logu, -jnp.inf)
-    mx = jax.lax.stop_gradient(jnp.max(logu, axis=-1, keepdims=True))
+#: Largest argument of the exp in :func:`_sigmoid_rows` (finite in float32, and in its gradient).
+_EXP_CAP = 80.0
+
+
+def _sigmoid_rows(z, mask):
+    """``sigmoid(z_j) / sigmoid(z_max)`` over the allowed keys of every row (0 where masked;
+    all-masked rows stay 0): weights proportional to the marginals ``sigmoid(z)``, in float32
+    range even when every ``sigmoid(z_j)`` underflows (the ``b -> -inf`` limit), from one
+    ``exp`` per key (no softplus). With ``c = exp(-|z_max|)``: for ``z_max <= 0``,
+    ``e (1 + c) / (1 + c e)`` with ``e = exp(z_j - z_max) <= 1``; above, ``(1 + c) / (1 + q)``
+    with ``q = exp(-z_j)`` (capped at ``exp(80)``: the ratio is then below 1e-34 either way)."""
+    mx = jax.lax.stop_gradient(jnp.max(jnp.where(mask, z, -jnp.inf), axis=-1, keepdims=True))
     mx = jnp.where(jnp.isfinite(mx), mx, 0.0)
-    return jnp.where(mask, jnp.exp(jnp.where(mask, logu, mx) - mx), 0.0)
+    low = mx <= 0
+    q = jnp.exp(jnp.minimum(jnp.where(low, z - mx, -z), _EXP_CAP))
+    c = jnp.exp(-jnp.abs(mx))
+    u = jnp.where(low, q * (1 + c) / (1 + c * q), (1 + c) / (1 + q))
+    return jnp.where(mask, u, 0.0)
 
 
 def independent(h, mask, beta):
     """``J = 0``: keys are independent, ``m_j = sigmoid(beta h_j)`` (exact for every method)."""
     z = beta * h
     m = jnp.where(mask, jax.nn.sigmoid(z), 0.0)
-    return Inference(m, _normalize_rows(jax.nn.log_sigmoid(z), mask), m,
+    return Inference(m, _sigmoid_rows(z, mask), m,
                      jnp.sum(jnp.where(mask, jax.nn.softplus(z), 0.0), axis=-1))
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from .._constants import BIG as _BIG
 from .._validation import check_choice, check_positive_int
 from .._vma import carry_like
-from ._inference import Inference, _normalize_rows, independent
+from ._inference import Inference, _sigmoid_rows, independent
 
 #
 # Internally the state of a mean-field solve is a tuple of query tiles in a heads-first layout
@@ -213,8 +213,8 @@ _mf_implicit.defvjp(_mf_implicit_fwd, _mf_implicit_bwd)
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _mean_field(cfg, implicit, causal, a, mask, couplings, beta):
-    """Marginals (0 at masked keys), unnormalized weights (as :func:`_normalize_rows` of
-    ``log sigmoid(z)``), per-query residual and evaluations for fields ``a = beta h`` (masked:
+    """Marginals (0 at masked keys), unnormalized weights (:func:`_sigmoid_rows` of
+    ``z``), per-query residual and evaluations for fields ``a = beta h`` (masked:
     ``-_BIG``) and the ``mask`` in the layout ``(B, N, T, S)``; everything is computed on the
     tiles, which hold only the keys a query may attend to. Jitted so that eager calls compile
     once."""
@@ -233,7 +233,7 @@ def _mean_field(cfg, implicit, causal, a, mask, couplings, beta):
     residual = jnp.swapaxes(jnp.concatenate(residual, axis=-1), 0, 1)
     allowed = _to_tiles(mask, tiles)
     m = tuple(jnp.where(k_t, m_t, 0.0) for m_t, k_t in zip(m, allowed))
-    u = tuple(_normalize_rows(jax.nn.log_sigmoid(z_t), k_t) for z_t, k_t in zip(z, allowed))
+    u = tuple(_sigmoid_rows(z_t, k_t) for z_t, k_t in zip(z, allowed))
     return _from_tiles(m, tiles, S), _from_tiles(u, tiles, S), residual, iters
 
 

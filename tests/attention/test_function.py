@@ -131,6 +131,54 @@ def test_bias_to_minus_infinity_converges_to_softmax(couplings, method):
     assert errs[-1] < 1e-5
 
 
+@pytest.mark.parametrize("shift", [-300.0, -60.0, 0.0, 60.0, 300.0])
+def test_sigmoid_row_weights_in_float32_match_float64(shift):
+    """The unnormalized weights of the J = 0 and mean-field readouts, sigmoid(z_j) / max_k
+    sigmoid(z_k), computed in float32 from rows where every sigmoid underflows to rows where
+    it rounds to 1 (spread 30 around ``shift``), against exp(log sigmoid - max) in float64;
+    the gradient of the normalized weights too. Masked keys and an all-masked row give 0."""
+    from isingattn.attention._inference import _sigmoid_rows
+
+    rng = np.random.default_rng(3)
+    z = jnp.asarray(shift + 30.0 * rng.standard_normal((4, 3, 24)), jnp.float32)
+    z64 = np.asarray(z, np.float64)  # the same inputs: what is measured is the function's error
+    mask = rng.random(z64.shape) < 0.7
+    mask[0, 0] = False
+    ls = np.where(mask, -np.logaddexp(0.0, -z64), -np.inf)
+    mx = ls.max(-1, keepdims=True)
+    ref = np.where(mask, np.exp(ls - np.where(np.isfinite(mx), mx, 0.0)), 0.0)
+    u = _sigmoid_rows(z, jnp.asarray(mask))
+    assert u.dtype == jnp.float32
+    np.testing.assert_allclose(u, ref, rtol=0, atol=3e-7)
+    assert np.all(np.asarray(u)[0, 0] == 0)
+
+    def normalized(f, z):
+        w = f(z)
+        total = w.sum(-1, keepdims=True)
+        return w / jnp.where(total > 0, total, 1.0)
+
+    ct = jnp.asarray(rng.standard_normal(z64.shape))
+    g = jax.grad(lambda z: jnp.sum(normalized(lambda x: _sigmoid_rows(x, mask), z) * ct))(z)
+    g_ref = jax.grad(lambda z: jnp.sum(normalized(
+        lambda x: jnp.exp(jnp.where(mask, jax.nn.log_sigmoid(x), -jnp.inf)
+                          - jnp.max(jnp.where(mask, jax.nn.log_sigmoid(x), -jnp.inf), -1,
+                                    keepdims=True)), z) * ct))(jnp.asarray(z64))
+    np.testing.assert_allclose(g, np.nan_to_num(np.asarray(g_ref)), rtol=0,
+                               atol=1e-6 * max(1.0, float(jnp.max(jnp.abs(g_ref)))))
+
+
+def test_mean_field_in_float32_reaches_the_softmax_limit():
+    """A chemical potential of -200: every marginal underflows in float32, yet the mean-field
+    readout's weights stay finite and give softmax(beta q.k / sqrt(d)) (the b -> -inf limit), to
+    the float32 rounding of beta (q.k / sqrt(d) + b) near -160 (spacing 1.5e-5)."""
+    q, k, v = (x.astype(jnp.float32) for x in _qkv(N=2, K=2, T=3, S=5))
+    ref = jax.nn.dot_product_attention(q, k, v, scale=0.8 / np.sqrt(q.shape[-1]))
+    out = boltzmann_attention(q, k, v, couplings=_banded(strength=0.5), beta=0.8,
+                              chemical_potential=-200.0, method=MeanField())
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_transfer_follows_exact_into_the_softmax_limit(dtype):
     """Deep negative chemical potentials, where the chains' factors exp(beta h) underflow
