@@ -359,7 +359,8 @@ def record_stopped(p: Point, run_dir, reason, stopped) -> dict:
 
 def run_points(todo_all, table, P, args):
     stopped = stopped_table(args.out)
-    todo = [p for p in todo_all if p.key not in table.done | stopped.done]
+    done = table.done | stopped.done  # each a set built from the table's rows
+    todo = [p for p in todo_all if p.key not in done]
     if args.task:
         todo = [p for p in todo if p.task in args.task]
     if args.source:

@@ -141,29 +141,29 @@ def test_sigmoid_row_weights_in_float32_match_float64(shift):
 
     rng = np.random.default_rng(3)
     z = jnp.asarray(shift + 30.0 * rng.standard_normal((4, 3, 24)), jnp.float32)
-    z64 = np.asarray(z, np.float64)  # the same inputs: what is measured is the function's error
-    mask = rng.random(z64.shape) < 0.7
+    z64 = jnp.asarray(z, jnp.float64)  # the same inputs: what is measured is the function's error
+    mask = rng.random(z.shape) < 0.7
     mask[0, 0] = False
-    ls = np.where(mask, -np.logaddexp(0.0, -z64), -np.inf)
-    mx = ls.max(-1, keepdims=True)
-    ref = np.where(mask, np.exp(ls - np.where(np.isfinite(mx), mx, 0.0)), 0.0)
-    u = _sigmoid_rows(z, jnp.asarray(mask))
-    assert u.dtype == jnp.float32
-    np.testing.assert_allclose(u, ref, rtol=0, atol=3e-7)
-    assert np.all(np.asarray(u)[0, 0] == 0)
 
-    def normalized(f, z):
-        w = f(z)
+    def reference(x):  # exp(log sigmoid - max) over the allowed keys, in float64
+        ls = jnp.where(mask, jax.nn.log_sigmoid(x), -jnp.inf)
+        mx = jnp.max(ls, -1, keepdims=True)
+        return jnp.where(mask, jnp.exp(ls - jnp.where(jnp.isfinite(mx), mx, 0.0)), 0.0)
+
+    def normalized(f, x):
+        w = f(x)
         total = w.sum(-1, keepdims=True)
         return w / jnp.where(total > 0, total, 1.0)
 
-    ct = jnp.asarray(rng.standard_normal(z64.shape))
-    g = jax.grad(lambda z: jnp.sum(normalized(lambda x: _sigmoid_rows(x, mask), z) * ct))(z)
-    g_ref = jax.grad(lambda z: jnp.sum(normalized(
-        lambda x: jnp.exp(jnp.where(mask, jax.nn.log_sigmoid(x), -jnp.inf)
-                          - jnp.max(jnp.where(mask, jax.nn.log_sigmoid(x), -jnp.inf), -1,
-                                    keepdims=True)), z) * ct))(jnp.asarray(z64))
-    live = mask.any(-1)  # the reference is NaN on the all-masked row; ours is 0 there
+    u = _sigmoid_rows(z, jnp.asarray(mask))
+    assert u.dtype == jnp.float32
+    np.testing.assert_allclose(u, reference(z64), rtol=0, atol=3e-7)
+    assert np.all(np.asarray(u)[0, 0] == 0)
+
+    ct = jnp.asarray(rng.standard_normal(z.shape))
+    g = jax.grad(lambda x: jnp.sum(normalized(lambda y: _sigmoid_rows(y, mask), x) * ct))(z)
+    g_ref = jax.grad(lambda x: jnp.sum(normalized(reference, x) * ct))(z64)
+    live = mask.any(-1)  # the all-masked row: compared apart, ours must be exactly 0
     g, g_ref = np.asarray(g), np.asarray(g_ref)
     np.testing.assert_allclose(g[live], g_ref[live], rtol=0,
                                atol=1e-6 * max(1.0, float(np.max(np.abs(g_ref[live])))))
