@@ -93,6 +93,113 @@ def _backward_step(beta, nxt, C_lo, C_hi, f0, f1):
             n1[q] = t0 + c1 * t1
 
 @numba.njit(**_OPT)
+def _forward_pair(alpha, nxt, C, f0, f1, g0, g1):
+    # two forward steps, through the key with factors f then the one with g, in one pass: the
+    # four windows that differ in their two oldest keys go to the four that differ in the two
+    # new ones (half the message traffic of two _forward_step calls; same sums)
+    R = alpha.shape[0]
+    H = R // 2
+    Q4 = R // 4
+    L = alpha.shape[1]
+    for i in range(Q4):
+        c0, c1, c2, c3 = C[4 * i], C[4 * i + 1], C[4 * i + 2], C[4 * i + 3]
+        d00, d01, d10, d11 = C[2 * i], C[2 * i + 1], C[2 * i + H], C[2 * i + 1 + H]
+        a0, a1, a2, a3 = alpha[4 * i], alpha[4 * i + 1], alpha[4 * i + 2], alpha[4 * i + 3]
+        o00, o10, o01, o11 = nxt[i], nxt[i + Q4], nxt[i + H], nxt[i + Q4 + H]
+        for q in range(L):
+            x0, x1, x2, x3 = a0[q], a1[q], a2[q], a3[q]
+            p00 = (x0 + x1) * f0[q]
+            p10 = (x2 + x3) * f0[q]
+            p01 = (c0 * x0 + c1 * x1) * f1[q]
+            p11 = (c2 * x2 + c3 * x3) * f1[q]
+            o00[q] = (p00 + p10) * g0[q]
+            o01[q] = (d00 * p00 + d01 * p10) * g1[q]
+            o10[q] = (p01 + p11) * g0[q]
+            o11[q] = (d10 * p01 + d11 * p11) * g1[q]
+
+@numba.njit(**_OPT)
+def _backward_pair(beta, nxt, C_lo, C_hi, f0, f1, g0, g1):
+    # two _backward_step calls (through the key with factors f, then the earlier one with g)
+    # in one pass over the bit-reversed messages, as _forward_pair
+    R = beta.shape[0]
+    H = R // 2
+    Q4 = R // 4
+    L = beta.shape[1]
+    for i in range(Q4):
+        l0, l1, h0, h1 = C_lo[2 * i], C_lo[2 * i + 1], C_hi[2 * i], C_hi[2 * i + 1]
+        ll, lh, hl, hh = C_lo[i], C_hi[i], C_lo[i + Q4], C_hi[i + Q4]
+        b0, b1, b2, b3 = beta[4 * i], beta[4 * i + 1], beta[4 * i + 2], beta[4 * i + 3]
+        o0, o1, o2, o3 = nxt[i], nxt[H + i], nxt[i + Q4], nxt[H + i + Q4]
+        for q in range(L):
+            t0 = f0[q] * b0[q]
+            t1 = f1[q] * b1[q]
+            t2 = f0[q] * b2[q]
+            t3 = f1[q] * b3[q]
+            u0 = g0[q] * (t0 + l0 * t1)
+            u1 = g1[q] * (t2 + l1 * t3)
+            v0 = g0[q] * (t0 + h0 * t1)
+            v1 = g1[q] * (t2 + h1 * t3)
+            o0[q] = u0 + ll * u1
+            o1[q] = u0 + lh * u1
+            o2[q] = v0 + hl * v1
+            o3[q] = v0 + hh * v1
+
+@numba.njit(**_OPT)
+def _forward_keys(buf, cur, C, F0, F1, k0, n):
+    """``n`` forward steps through keys ``k0 ..`` on the pair of buffers ``buf`` from
+    ``buf[cur]``, two keys a pass; returns the buffer holding the result."""
+    for i in range(0, n - 1, 2):
+        k = k0 + i
+        _forward_pair(buf[cur], buf[1 - cur], C, F0[k], F1[k], F0[k + 1], F1[k + 1])
+        cur = 1 - cur
+    if n % 2:
+        k = k0 + n - 1
+        _forward_step(buf[cur], buf[1 - cur], C, F0[k], F1[k])
+        cur = 1 - cur
+    return cur
+
+@numba.njit(**_OPT)
+def _backward_keys(buf, cur, C_lo, C_hi, F0, F1, k0, n):
+    """``n`` backward steps through keys ``k0 + n - 1`` down to ``k0`` (as
+    :func:`_forward_keys`)."""
+    k = k0 + n - 1
+    if n % 2:
+        _backward_step(buf[cur], buf[1 - cur], C_lo, C_hi, F0[k], F1[k])
+        cur = 1 - cur
+        k -= 1
+    while k > k0:
+        _backward_pair(buf[cur], buf[1 - cur], C_lo, C_hi, F0[k], F1[k], F0[k - 1], F1[k - 1])
+        cur = 1 - cur
+        k -= 2
+    return cur
+
+@numba.njit(**_OPT)
+def _fold_sums(tb, n, acc, K):
+    """Sums of the table ``tb[:n]`` (``n`` a power of two) over the rows with one bit set, for
+    its top ``K - 1`` bits: ``acc[K - 2]`` over the upper half, then the upper half is added
+    onto the lower and ``acc[K - 3]`` is the next bit's, and so on; ``acc[K]`` the total. One
+    add per row and level instead of one per row and bit; ``tb`` is overwritten."""
+    L = tb.shape[1]
+    for i in range(K - 2, -1, -1):
+        h = n // 2
+        a = acc[i]
+        a[:] = 0
+        for w in range(h):
+            lo = tb[w]
+            hi = tb[w + h]
+            for q in range(L):
+                y = hi[q]
+                a[q] += y
+                lo[q] += y
+        n = h
+    z = acc[K]
+    z[:] = 0
+    for w in range(n):
+        t = tb[w]
+        for q in range(L):
+            z[q] += t[q]
+
+@numba.njit(**_OPT)
 def _normalize(x, tmp):
     L = x.shape[1]
     tmp[:] = 0
@@ -108,25 +215,23 @@ def _normalize(x, tmp):
             xw[q] *= tmp[q]
 
 @numba.njit(**_OPT)
-def _readout(end, beta, rev, acc, tmp, r, K):
+def _readout(end, beta, rev, acc, tb, r, K):
     # acc[i] = sum over windows with key i of the block set, acc[K] = sum over all windows
     # (key i of the block is bit r - K + i of the window after the block's last key;
-    # rev: the bit reversal of the state index)
+    # rev: the bit reversal of the state index): the products end * beta with the top bit
+    # folded into tb (R / 2 rows), then _fold_sums
+    H = end.shape[0] // 2
     L = end.shape[1]
-    acc[:, :] = 0
-    for w in range(end.shape[0]):
-        ew = end[w]
-        bw = beta[rev[w]]  # beta is kept bit-reversed
+    top = acc[K - 1]
+    top[:] = 0
+    for w in range(H):
+        e0, e1, t = end[w], end[w + H], tb[w]
+        b0, b1 = beta[rev[w]], beta[rev[w + H]]  # beta is kept bit-reversed
         for q in range(L):
-            tmp[q] = ew[q] * bw[q]
-        z = acc[K]
-        for q in range(L):
-            z[q] += tmp[q]
-        for i in range(K):
-            if (w >> (r - K + i)) & 1:
-                ai = acc[i]
-                for q in range(L):
-                    ai[q] += tmp[q]
+            y = e1[q] * b1[q]
+            top[q] += y
+            t[q] = e0[q] * b0[q] + y
+    _fold_sums(tb, H, acc, K)
 
 #: The log-domain path's stand-in for log 0 (finite: no inf - inf; exp of it is 0), as
 #: ``_banded._neg`` for float32 and float64.
@@ -332,6 +437,7 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
         rev[w] = x
     acc = np.empty((K + 1, L), dt)
     tmp = np.empty(L, dt)
+    tb = np.empty((R // 2, L), dt)
     lC = np.empty(R, dt)
     lC_lo = np.empty(R // 2, dt)
     lC_hi = np.empty(R // 2, dt)
@@ -361,24 +467,18 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
         buf[0, :, :] = 0
         buf[0, 0, :] = 1  # before the first key: every window entry 0
         for b in range(nb):
-            for i in range(K):
-                k = b * K + i
-                _forward_step(buf[cur], buf[1 - cur], C, F0[k], F1[k])
-                cur = 1 - cur
+            cur = _forward_keys(buf, cur, C, F0, F1, b * K, K)
             _normalize(buf[cur], tmp)
             ends[b] = buf[cur]
         buf[cur, :, :] = 1
         for b in range(nb - 1, -1, -1):
-            _readout(ends[b], buf[cur], rev, acc, tmp, r, K)
+            _readout(ends[b], buf[cur], rev, acc, tb, r, K)
             for i in range(K):
                 k = b * K + i
                 if k < S:
                     for q in range(nq):
                         out[q0 + q, n, k] = acc[i, q] / acc[K, q]
-            for i in range(K - 1, -1, -1):
-                k = b * K + i
-                _backward_step(buf[cur], buf[1 - cur], C_lo, C_hi, F0[k], F1[k])
-                cur = 1 - cur
+            cur = _backward_keys(buf, cur, C_lo, C_hi, F0, F1, b * K, K)
             _normalize(buf[cur], tmp)
 
 @numba.njit(nogil=True, cache=True)
@@ -567,32 +667,89 @@ def _vjp_forward_step(al, Ad, nal, nAd, C, e0, e1, eg):
             m1[q] = (c0 * d0[q] + c1 * d1[q]) * e1[q] + s1 * eg[q]
 
 @numba.njit(**_OPT)
-def _vjp_back_step(be, Bd, nbe, nBd, h, dh, C_lo, C_hi, e0, e1, eg):
+def _vjp_back_step(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg):
     # (beta, B) before key k from after it, on messages whose state index is bit-reversed
     # (bit 0 = the newest key, as _backward_step: in the standard order the interleaved writes
     # make the step about four times slower): with h = f1 beta(newest = 1) and
     # dh = f1 B(newest = 1) + g f1 beta(newest = 1), indexed by the other keys (bit-reversed),
-    # beta' = f0 beta(newest = 0) + C h and B' = f0 B(newest = 0) + C dh; h and dh are kept
-    # for the pair statistics
+    # beta' = f0 beta(newest = 0) + C h and B' = f0 B(newest = 0) + C dh (the pair statistics
+    # take h and dh from _vjp_halves, a pass of its own: stored here they slow the step)
     H = be.shape[0] // 2
     L = be.shape[1]
     for j in range(H):
         b0, b1, d0, d1 = be[2 * j], be[2 * j + 1], Bd[2 * j], Bd[2 * j + 1]
-        hj, dj = h[j], dh[j]
         n0, n1, m0, m1 = nbe[j], nbe[H + j], nBd[j], nBd[H + j]
         cl = C_lo[j]
         ch = C_hi[j]
         for q in range(L):
             x = e1[q] * b1[q]
             y = e1[q] * d1[q] + eg[q] * b1[q]
-            hj[q] = x
-            dj[q] = y
             p = e0[q] * b0[q]
             dp = e0[q] * d0[q]
             n0[q] = p + cl * x
             n1[q] = p + ch * x
             m0[q] = dp + cl * y
             m1[q] = dp + ch * y
+
+@numba.njit(**_OPT)
+def _vjp_halves(be, Bd, h, dh, f1, fg):
+    # the h and dh of _vjp_back_step from the messages it stepped from, with factors f1, fg
+    H = be.shape[0] // 2
+    L = be.shape[1]
+    for j in range(H):
+        b1, d1, hj, dj = be[2 * j + 1], Bd[2 * j + 1], h[j], dh[j]
+        for q in range(L):
+            hj[q] = f1[q] * b1[q]
+            dj[q] = f1[q] * d1[q] + fg[q] * b1[q]
+
+@numba.njit(**_OPT)
+def _vjp_back_pair(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg, f0, f1, fg):
+    # two _vjp_back_step calls (factors e, then f for the earlier key) in one pass, as
+    # _backward_pair, without the h and dh that only the couplings' gradient reads
+    R = be.shape[0]
+    H = R // 2
+    Q4 = R // 4
+    L = be.shape[1]
+    for i in range(Q4):
+        l0, l1, h0, h1 = C_lo[2 * i], C_lo[2 * i + 1], C_hi[2 * i], C_hi[2 * i + 1]
+        ll, lh, hl, hh = C_lo[i], C_hi[i], C_lo[i + Q4], C_hi[i + Q4]
+        b0, b1, b2, b3 = be[4 * i], be[4 * i + 1], be[4 * i + 2], be[4 * i + 3]
+        d0, d1, d2, d3 = Bd[4 * i], Bd[4 * i + 1], Bd[4 * i + 2], Bd[4 * i + 3]
+        o0, o1, o2, o3 = nbe[i], nbe[H + i], nbe[i + Q4], nbe[H + i + Q4]
+        m0, m1, m2, m3 = nBd[i], nBd[H + i], nBd[i + Q4], nBd[H + i + Q4]
+        for q in range(L):
+            t0 = e0[q] * b0[q]
+            x1 = e1[q] * b1[q]
+            t2 = e0[q] * b2[q]
+            x3 = e1[q] * b3[q]
+            dt0 = e0[q] * d0[q]
+            y1 = e1[q] * d1[q] + eg[q] * b1[q]
+            dt2 = e0[q] * d2[q]
+            y3 = e1[q] * d3[q] + eg[q] * b3[q]
+            u0 = t0 + l0 * x1  # the four windows after the first step, and their derivatives
+            u1 = t2 + l1 * x3
+            v0 = t0 + h0 * x1
+            v1 = t2 + h1 * x3
+            du0 = dt0 + l0 * y1
+            du1 = dt2 + l1 * y3
+            dv0 = dt0 + h0 * y1
+            dv1 = dt2 + h1 * y3
+            p = f0[q] * u0
+            x = f1[q] * u1
+            dp = f0[q] * du0
+            y = f1[q] * du1 + fg[q] * u1
+            o0[q] = p + ll * x
+            o1[q] = p + lh * x
+            m0[q] = dp + ll * y
+            m1[q] = dp + lh * y
+            p = f0[q] * v0
+            x = f1[q] * v1
+            dp = f0[q] * dv0
+            y = f1[q] * dv1 + fg[q] * v1
+            o2[q] = p + hl * x
+            o3[q] = p + hh * x
+            m2[q] = dp + hl * y
+            m3[q] = dp + hh * y
 
 @numba.njit(**_OPT)
 def _inverse_sum(x, out):
@@ -613,16 +770,17 @@ def _scaled(f0, f1, fg, s, e0, e1, eg):
         eg[q] = fg[q] * s[q]
 
 @numba.njit(inline="always", **_OPT)
-def _back_key(msg, cur, hh, dh, C_lo, C_hi, f0, f1, fg, s, scale, e0, e1, eg):
+def _back_key(msg, cur, C_lo, C_hi, f0, f1, fg, s, scale, e0, e1, eg):
     """One backward step of ``(beta, B)`` (buffers ``cur``, ``cur + 1`` of ``msg`` into the
     other two) through a key with factors ``f0, f1, fg``, times ``s`` when ``scale`` (the
-    block's last key carries the later block's normalization). Returns the new ``cur``."""
+    block's last key carries the later block's normalization). Returns the new ``cur``; the
+    old buffers stay as they were until the next step."""
     if scale:
         _scaled(f0, f1, fg, s, e0, e1, eg)
-        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], hh, dh, C_lo, C_hi,
+        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi,
                        e0, e1, eg)
     else:
-        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], hh, dh, C_lo, C_hi,
+        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi,
                        f0, f1, fg)
     return 2 - cur
 
@@ -651,8 +809,10 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     msg = np.empty((4, R, L), dt)  # two (alpha, A) or (beta, B) buffers
     befA = np.empty((K, R, L), dt)
     befD = np.empty((K, R, L), dt)
-    hh = np.empty((H, L), dt)
+    hh = np.empty((H, L), dt)  # h and dh of _vjp_halves
     dh = np.empty((H, L), dt)
+    h1 = np.empty(L, dt)
+    hg = np.empty(L, dt)
     accq = np.empty((R, L), dt)
     acc = np.empty(R, dt)
     C = np.empty(R, dt)
@@ -680,6 +840,8 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     lC = np.empty(R, dt)
     acP = np.empty((K + 1, L), dt)
     acD = np.empty((K + 1, L), dt)
+    tP = np.empty((H, L), dt)  # the frozen readout's folded tables
+    tD = np.empty((H, L), dt)
     for u in range(u0, u1):
         n = u // G
         grp = u % G
@@ -731,27 +893,26 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                 # P = alpha beta and its derivative dP per window, summed over the windows
                 # with each key of the block set; the end is scaled by its normalization t
                 # before the products (unscaled, a product can leave the exponent range)
-                acP[:, :] = 0
-                acD[:, :] = 0
-                tb = endT[b]
-                for w in range(R):
-                    aw, dw = endA[b, w], endD[b, w]
-                    bw, Bw = msg[cur, rev[w]], msg[cur + 1, rev[w]]
+                tn = endT[b]
+                topP, topD = acP[K - 1], acD[K - 1]
+                topP[:] = 0
+                topD[:] = 0
+                for w in range(H):  # the block's last key (the top bit) folded in at once
+                    a0, a1, d0, d1 = endA[b, w], endA[b, w + H], endD[b, w], endD[b, w + H]
+                    b0, b1 = msg[cur, rev[w]], msg[cur, rev[w + H]]
+                    B0, B1 = msg[cur + 1, rev[w]], msg[cur + 1, rev[w + H]]
+                    pw, dw = tP[w], tD[w]
                     for q in range(L):
-                        x = aw[q] * tb[q]
-                        y = dw[q] * tb[q]
-                        tq[q] = x * bw[q]
-                        e0[q] = y * bw[q] + x * Bw[q]
-                    zP, zD = acP[K], acD[K]
-                    for q in range(L):
-                        zP[q] += tq[q]
-                        zD[q] += e0[q]
-                    for i in range(K):
-                        if (w >> (r - K + i)) & 1:
-                            xP, xD = acP[i], acD[i]
-                            for q in range(L):
-                                xP[q] += tq[q]
-                                xD[q] += e0[q]
+                        x0 = a0[q] * tn[q]
+                        x1 = a1[q] * tn[q]
+                        p1 = x1 * b1[q]
+                        g1 = d1[q] * tn[q] * b1[q] + x1 * B1[q]
+                        topP[q] += p1
+                        topD[q] += g1
+                        pw[q] = x0 * b0[q] + p1
+                        dw[q] = d0[q] * tn[q] * b0[q] + x0 * B0[q] + g1
+                _fold_sums(tP, H, acP, K)
+                _fold_sums(tD, H, acD, K)
                 for i in range(K):
                     k = k0 + i
                     if k < S:
@@ -759,10 +920,28 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                             iv = 1 / acP[K, q]
                             m = acP[i, q] * iv
                             da[q0 + q, n, k] = acD[i, q] * iv - m * (acD[K, q] * iv)
-                for i in range(K - 1, -1, -1):
-                    k = k0 + i
-                    cur = _back_key(msg, cur, hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k], s,
-                                    i == K - 1, e0, e1, eg)
+                # back through the block, two keys a pass; its last key carries the later
+                # block's normalization
+                k = k0 + K - 1
+                _scaled(F0[k], F1[k], FG[k], s, e0, e1, eg)
+                if K > 1:
+                    _vjp_back_pair(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo,
+                                   C_hi, e0, e1, eg, F0[k - 1], F1[k - 1], FG[k - 1])
+                    k -= 2
+                else:
+                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                   C_lo, C_hi, e0, e1, eg)
+                    k -= 1
+                cur = 2 - cur
+                while k > k0:
+                    _vjp_back_pair(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo,
+                                   C_hi, F0[k], F1[k], FG[k], F0[k - 1], F1[k - 1], FG[k - 1])
+                    cur = 2 - cur
+                    k -= 2
+                if k == k0:
+                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                   C_lo, C_hi, F0[k], F1[k], FG[k])
+                    cur = 2 - cur
                 _inverse_sum(msg[cur], s)
                 continue
             # the windows before each key of the block, recomputed from the block's start
@@ -785,8 +964,24 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
             accq[:] = 0
             for i in range(K - 1, -1, -1):
                 k = k0 + i
-                cur = _back_key(msg, cur, hh, dh, C_lo, C_hi, F0[k], F1[k], FG[k], s,
+                old = cur
+                cur = _back_key(msg, cur, C_lo, C_hi, F0[k], F1[k], FG[k], s,
                                 i == K - 1, e0, e1, eg)
+                # the step's factors of h and dh (_vjp_halves); the block's first
+                # key also takes the block start's normalization (its windows were kept
+                # before it)
+                for q in range(L):
+                    x = F1[k, q]
+                    y = FG[k, q]
+                    if i == K - 1:
+                        x *= s[q]
+                        y *= s[q]
+                    if i == 0 and K > 1:
+                        x *= tq[q]
+                        y *= tq[q]
+                    h1[q] = x
+                    hg[q] = y
+                _vjp_halves(msg[old], msg[old + 1], hh, dh, h1, hg)
                 bA, bD = befA[i], befD[i]
                 if i == K - 1:  # the block's windows share one scale: sum_w alpha beta = Z
                     inv[:] = 0
@@ -800,11 +995,6 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                     for q in range(L):
                         inv[q] = 1 / inv[q]
                         rel[q] *= inv[q]
-                if i == 0 and K > 1:  # the block's start was kept before its normalization
-                    for v in range(H):
-                        for q in range(L):
-                            hh[v, q] *= tq[q]
-                            dh[v, q] *= tq[q]
                 # joint of (window w before key k, s_k = 1): its covariance with G
                 e0[:] = 0
                 for w in range(R):
