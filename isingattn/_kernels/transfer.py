@@ -667,6 +667,40 @@ def _vjp_forward_step(al, Ad, nal, nAd, C, e0, e1, eg):
             m1[q] = (c0 * d0[q] + c1 * d1[q]) * e1[q] + s1 * eg[q]
 
 @numba.njit(**_OPT)
+def _inject(nal, nAd, gk, gk1):
+    # nAd += g_k nal on the windows with s_k = 1 and g_{k+1} nal on those with s_{k+1} = 1
+    # (k, k + 1: the two keys of a _forward_pair, the state bits r - 2 and r - 1)
+    R = nal.shape[0]
+    H = R // 2
+    Q4 = R // 4
+    L = nal.shape[1]
+    for w in range(Q4, R):
+        a, d = nal[w], nAd[w]
+        if w < H:
+            for q in range(L):
+                d[q] += gk[q] * a[q]
+        elif w < H + Q4:
+            for q in range(L):
+                d[q] += gk1[q] * a[q]
+        else:
+            for q in range(L):
+                d[q] += (gk[q] + gk1[q]) * a[q]
+
+@numba.njit(**_OPT)
+def _vjp_forward_pair(msg, cur, C, f0, f1, g0, g1, gk, gk1):
+    """Two :func:`_vjp_forward_step` calls (keys with factors ``f`` then ``g`` and upstream
+    gradients ``gk``, ``gk1``) from buffers ``cur, cur + 1`` of ``msg`` into the other two;
+    returns the new ``cur``. The derivative's recursion is the message's plus ``g_k`` times the
+    message on the windows with ``s_k = 1``, and a later step keeps that set apart, so
+    ``A'' = T(A) + g_k alpha''(s_k = 1) + g_{k+1} alpha''(s_{k+1} = 1)``: two
+    :func:`_forward_pair` calls and :func:`_inject` (written as one pass, eight rows in and
+    eight out, LLVM does not vectorize it)."""
+    _forward_pair(msg[cur], msg[2 - cur], C, f0, f1, g0, g1)
+    _forward_pair(msg[cur + 1], msg[3 - cur], C, f0, f1, g0, g1)
+    _inject(msg[2 - cur], msg[3 - cur], gk, gk1)
+    return 2 - cur
+
+@numba.njit(**_OPT)
 def _vjp_back_step(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg):
     # (beta, B) before key k from after it, on messages whose state index is bit-reversed
     # (bit 0 = the newest key, as _backward_step: in the standard order the interleaved writes
@@ -803,6 +837,7 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     F0 = np.empty((nb * K, L), dt)
     F1 = np.empty((nb * K, L), dt)
     FG = np.empty((nb * K, L), dt)
+    GK = np.empty((nb * K, L), dt)  # g itself
     endA = np.empty((nb, R, L), dt)
     endD = np.empty((nb, R, L), dt)
     endT = np.empty((nb, L), dt)
@@ -858,7 +893,8 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
         _step_factors(a, n, q0, nq, cmax, math.exp(cmin - cmax), F0, F1)
         for k in range(nb * K):
             for q in range(L):
-                FG[k, q] = (g[q0 + q, n, k] if k < S and q < nq else 0.0) * F1[k, q]
+                GK[k, q] = g[q0 + q, n, k] if k < S and q < nq else 0.0
+                FG[k, q] = GK[k, q] * F1[k, q]
         # forward: (alpha, A) at every block end and the end's normalization
         cur = 0
         msg[0] = 0
@@ -866,16 +902,24 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
         msg[1] = 0
         s[:] = 1
         for b in range(nb):
-            for i in range(K):
-                k = b * K + i
-                if i == 0:
-                    _scaled(F0[k], F1[k], FG[k], s, e0, e1, eg)
-                    _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                      C, e0, e1, eg)
-                else:
+            k = b * K  # the block's first key carries the previous block's normalization
+            _scaled(F0[k], F1[k], FG[k], s, e0, e1, eg)
+            if K == 1:
+                _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
+                                  C, e0, e1, eg)
+                cur = 2 - cur
+            else:
+                cur = _vjp_forward_pair(msg, cur, C, e0, e1, F0[k + 1], F1[k + 1], GK[k],
+                                        GK[k + 1])
+                for i in range(2, K - 1, 2):
+                    k = b * K + i
+                    cur = _vjp_forward_pair(msg, cur, C, F0[k], F1[k], F0[k + 1], F1[k + 1],
+                                            GK[k], GK[k + 1])
+                if K % 2:
+                    k = b * K + K - 1
                     _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
                                       C, F0[k], F1[k], FG[k])
-                cur = 2 - cur
+                    cur = 2 - cur
             endA[b] = msg[cur]
             endD[b] = msg[cur + 1]
             _inverse_sum(msg[cur], s)
