@@ -4,8 +4,10 @@ changes the block layout, held keys, both dtypes, heads beyond the probability-s
 log-domain path, per head, in both), the threaded path, ``jax.vmap``, and its errors; and the
 compiled gradient (``transfer_vjp``) against the JAX one it replaces, with and without the
 couplings' gradient, for heads within the probability-space gradient's range (the others are
-handed to the JAX VJP: compared bit for bit). ``tests/attention/test_banded.py`` compares the default path (this one
-on the CPU) with exact enumeration. No statistical assertions."""
+handed to the JAX VJP: compared bit for bit); and the kernels' two-key passes and folded block
+readout against the single steps and direct sums they stand for. ``tests/attention/test_banded.py``
+compares the default path (this one on the CPU) with exact enumeration. No statistical
+assertions."""
 
 import jax
 import jax.numpy as jnp
@@ -203,3 +205,65 @@ def test_empty():
     da, dc = transfer.transfer_vjp(jnp.zeros((0, 2, 5)), jnp.zeros((2, 3)),
                                    jnp.zeros((0, 2, 5)), jnp.zeros(2, bool), True)
     assert da.shape == (0, 2, 5) and dc.shape == (2, 3)
+
+
+@pytest.mark.parametrize("r", [2, 3, 8])
+def test_two_key_passes_are_two_steps(r):
+    # every fused pass of the kernels against the single steps it stands for, in float64 on
+    # random messages (the end-to-end tests above exercise them only through whole chains)
+    rng = np.random.default_rng(r)
+    R, H, L = 1 << r, 1 << (r - 1), transfer.LANES
+
+    def rows(n):
+        return rng.uniform(0.1, 1.0, (n, L))
+
+    C, C_lo, C_hi = rng.uniform(0.2, 2.0, R), rng.uniform(0.2, 2.0, H), rng.uniform(0.2, 2.0, H)
+    f0, f1, g0, g1 = rows(4)
+    gk, gk1 = rng.uniform(-1.0, 1.0, (2, L))
+    al, Ad, be, Bd = rows(R), rng.uniform(-1, 1, (R, L)), rows(R), rng.uniform(-1, 1, (R, L))
+
+    def steps(step, x, *factors):
+        t, out = np.empty_like(x), np.empty_like(x)
+        step(x, t, *factors[0])
+        step(t, out, *factors[1])
+        return out
+
+    out = np.empty_like(al)
+    transfer._forward_pair(al, out, C, f0, f1, g0, g1)
+    np.testing.assert_allclose(out, steps(transfer._forward_step, al, (C, f0, f1), (C, g0, g1)),
+                               rtol=1e-13)
+    transfer._backward_pair(be, out, C_lo, C_hi, f0, f1, g0, g1)
+    np.testing.assert_allclose(
+        out, steps(transfer._backward_step, be, (C_lo, C_hi, f0, f1), (C_lo, C_hi, g0, g1)),
+        rtol=1e-13)
+
+    # the gradient's pairs: (message, derivative) through keys with factors f and g and
+    # upstream gradients gk, gk1 (the derivative's extra factor is g f1)
+    def vjp_steps(step, x, X, *consts, first, second):
+        t, T, o, O = (np.empty_like(x) for _ in range(4))
+        step(x, X, t, T, *consts, *first)
+        step(t, T, o, O, *consts, *second)
+        return o, O
+
+    msg = np.stack([al, Ad, np.empty_like(al), np.empty_like(al)])
+    assert transfer._vjp_forward_pair(msg, 0, C, f0, f1, g0, g1, gk, gk1) == 2
+    want = vjp_steps(transfer._vjp_forward_step, al, Ad, C, first=(f0, f1, gk * f1),
+                     second=(g0, g1, gk1 * g1))
+    np.testing.assert_allclose(msg[2], want[0], rtol=1e-13)
+    np.testing.assert_allclose(msg[3], want[1], rtol=1e-12, atol=1e-13)
+    o, O = np.empty_like(be), np.empty_like(be)
+    transfer._vjp_back_pair(be, Bd, o, O, C_lo, C_hi, f0, f1, gk * f1, g0, g1, gk1 * g1)
+    want = vjp_steps(transfer._vjp_back_step, be, Bd, C_lo, C_hi, first=(f0, f1, gk * f1),
+                     second=(g0, g1, gk1 * g1))
+    np.testing.assert_allclose(o, want[0], rtol=1e-13)
+    np.testing.assert_allclose(O, want[1], rtol=1e-12, atol=1e-13)
+
+    # the block readout by folding: per-bit sums of end * beta(bit-reversed) over the top K bits
+    K = min(8, r)
+    rev = np.array([int(format(w, f"0{r}b")[::-1], 2) for w in range(R)])
+    acc, tb = np.empty((K + 1, L)), np.empty((H, L))
+    transfer._readout(al, be, rev, acc, tb, r, K)
+    t = al * be[rev]
+    bits = (np.arange(R)[:, None] >> (r - K + np.arange(K))) & 1  # (R, K): key i of the block
+    np.testing.assert_allclose(acc[:K], bits.T @ t, rtol=1e-13)
+    np.testing.assert_allclose(acc[K], t.sum(0), rtol=1e-13)
