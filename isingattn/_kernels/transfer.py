@@ -215,9 +215,9 @@ def _normalize(x, tmp):
             xw[q] *= tmp[q]
 
 @numba.njit(**_OPT)
-def _readout(end, beta, rev, acc, tb, r, K):
+def _readout(end, beta, rev, acc, tb, K):
     # acc[i] = sum over windows with key i of the block set, acc[K] = sum over all windows
-    # (key i of the block is bit r - K + i of the window after the block's last key;
+    # (key i of the block is bit r - K + i of the window after the block's last key, r bits;
     # rev: the bit reversal of the state index): the products end * beta with the top bit
     # folded into tb (R / 2 rows), then _fold_sums
     H = end.shape[0] // 2
@@ -472,7 +472,7 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
             ends[b] = buf[cur]
         buf[cur, :, :] = 1
         for b in range(nb - 1, -1, -1):
-            _readout(ends[b], buf[cur], rev, acc, tb, r, K)
+            _readout(ends[b], buf[cur], rev, acc, tb, K)
             for i in range(K):
                 k = b * K + i
                 if k < S:
@@ -1011,21 +1011,18 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                 old = cur
                 cur = _back_key(msg, cur, C_lo, C_hi, F0[k], F1[k], FG[k], s,
                                 i == K - 1, e0, e1, eg)
-                # the step's factors of h and dh (_vjp_halves); the block's first
-                # key also takes the block start's normalization (its windows were kept
-                # before it)
-                for q in range(L):
-                    x = F1[k, q]
-                    y = FG[k, q]
-                    if i == K - 1:
-                        x *= s[q]
-                        y *= s[q]
-                    if i == 0 and K > 1:
-                        x *= tq[q]
-                        y *= tq[q]
-                    h1[q] = x
-                    hg[q] = y
-                _vjp_halves(msg[old], msg[old + 1], hh, dh, h1, hg)
+                # the step's h and dh from the messages it stepped from, with its factors:
+                # the block's last key's scaled by s (by _back_key, in e1, eg), the first's
+                # by the block start's normalization (its windows were kept before it)
+                if i == K - 1:
+                    _vjp_halves(msg[old], msg[old + 1], hh, dh, e1, eg)
+                elif i == 0:
+                    for q in range(L):
+                        h1[q] = F1[k, q] * tq[q]
+                        hg[q] = FG[k, q] * tq[q]
+                    _vjp_halves(msg[old], msg[old + 1], hh, dh, h1, hg)
+                else:
+                    _vjp_halves(msg[old], msg[old + 1], hh, dh, F1[k], FG[k])
                 bA, bD = befA[i], befD[i]
                 if i == K - 1:  # the block's windows share one scale: sum_w alpha beta = Z
                     inv[:] = 0

@@ -262,7 +262,7 @@ def test_two_key_passes_are_two_steps(r):
     K = min(8, r)
     rev = np.array([int(format(w, f"0{r}b")[::-1], 2) for w in range(R)])
     acc, tb = np.empty((K + 1, L)), np.empty((H, L))
-    transfer._readout(al, be, rev, acc, tb, r, K)
+    transfer._readout(al, be, rev, acc, tb, K)
     t = al * be[rev]
     bits = (np.arange(R)[:, None] >> (r - K + np.arange(K))) & 1  # (R, K): key i of the block
     np.testing.assert_allclose(acc[:K], bits.T @ t, rtol=1e-13)
