@@ -9,7 +9,7 @@ messages kept at block ends and the block's marginals read from them and the bac
 the block end. Heads whose couplings are beyond the fast limit take the log-domain path of
 :func:`~isingattn.attention._banded._log_marginals_tile` (:func:`_log_unit`) and get ``log m``.
 
-Why it is faster on the CPU: a unit of work is one head and :data:`LANES` queries, whose
+Why it is faster on the CPU: a unit of work is one head and up to :data:`LANES` queries, whose
 messages (``2^r x LANES`` numbers) stay in the core's cache for the whole chain, where XLA
 streams every step's messages through memory and runs one small kernel per step; and the units
 are shared out among threads of the kernel's own (``pthread_create`` from the handler, joined
@@ -42,14 +42,23 @@ from . import ffi
 from .ffi import arguments, buffer, dtype_of, fail, lead, prologue, ptr, result, words
 
 TARGET = "isingattn_transfer_marginals"
-#: Queries of one head processed together: the last (contiguous) axis of every message. Shorter
-#: rows cost more per number (figures in ``docs/guide/transfer.md``).
-LANES = 64
+#: The most queries of one head processed together (:func:`lanes`): the last (contiguous) axis
+#: of every message. Shorter rows cost more per number, longer ones leave the core's cache
+#: (figures in ``docs/guide/transfer.md``).
+LANES = 128
 #: Below this many state updates (queries x heads x keys x 2^r) a call runs on one thread.
 THREADED_WORK = 1 << 24
 
 _OPT = {"nogil": True, "boundscheck": False, "fastmath": True, "error_model": "numpy",
         "cache": True}
+
+@numba.njit(cache=True)
+def lanes(Q):
+    """Queries of one head in a unit of work, for ``Q`` queries a head: the fewest groups of at
+    most :data:`LANES`, as even as multiples of 8 (a vector of float32) make them (so a few
+    queries, as in decoding, do not pay for a whole row of :data:`LANES`)."""
+    groups = max(1, (Q + LANES - 1) // LANES)
+    return min(LANES, max(8, ((Q + groups - 1) // groups + 7) // 8 * 8))
 
 @numba.njit(**_OPT)
 def _forward_step(alpha, nxt, C, f0, f1):
@@ -411,15 +420,15 @@ def _step_factors(a, n, q0, nq, cmax, ecm, F0, F1):
 def marginals_units(a, c, out, fast_limit, u0, u1):
     """Marginals ``out`` ``(Q, N, S)`` of the chains with fields ``a`` ``(Q, N, S)``
     (``-inf`` = held at 0) and couplings ``c`` ``(N, r)``, for the units ``u0 .. u1 - 1``
-    (unit ``u``: head ``u // G``, queries ``(u % G) * LANES`` onwards, ``G`` groups of
-    :data:`LANES` queries per head); on the heads with ``sum_d |c_nd| > fast_limit``,
+    (unit ``u``: head ``u // G``, queries ``(u % G) * L`` onwards, ``G`` groups of
+    ``L =`` :func:`lanes` ``(Q)`` queries per head); on the heads with ``sum_d |c_nd| > fast_limit``,
     their logarithms, by the log-domain path (:func:`_log_unit`)."""
     Q, S = a.shape[0], a.shape[2]
     r = c.shape[1]
     R = 1 << r
     K = min(8, r)
     nb = (S + K - 1) // K
-    L = LANES
+    L = lanes(Q)
     G = (Q + L - 1) // L
     dt = a.dtype
     ends = np.empty((nb, R, L), dt)
@@ -525,7 +534,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if cd[0] != N:
         return fail(frame, error_args)
     Q = lead(dims, rank, 2)
-    units = N * ((Q + LANES - 1) // LANES)
+    units = N * ((Q + lanes(Q) - 1) // lanes(Q))
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK:
         T = 1
@@ -646,12 +655,13 @@ def _batchable(op):
 # key), backward ones bit-reversed, each carried with its derivative along the upstream ``g``;
 # see ``_banded`` for the derivation.
 
-VJP_TARGET = "isingattn_transfer_vjp"  # in units of LANES queries too (32 measured no faster)
+VJP_TARGET = "isingattn_transfer_vjp"  # in the forward kernel's units
 
 @numba.njit(**_OPT)
-def _vjp_forward_step(al, Ad, nal, nAd, C, e0, e1, eg):
-    # (alpha, A) after key k from before it (standard order): pair sums over the oldest key;
-    # A's s = 1 half gains g f1 times alpha's coupled pair sum
+def _vjp_forward_step(al, Ad, nal, nAd, C, f0, f1, gk):
+    """``(alpha, A)`` through key ``k`` (factors ``f0, f1``, upstream gradient ``gk``) into
+    ``(nal, nAd)``, standard order: :func:`_forward_step` on both, the derivative's ``s_k = 1``
+    half gaining ``gk`` times the message's (the key's field enters its factor ``f1``)."""
     H = al.shape[0] // 2
     L = al.shape[1]
     for j in range(H):
@@ -661,53 +671,59 @@ def _vjp_forward_step(al, Ad, nal, nAd, C, e0, e1, eg):
         n0, n1, m0, m1 = nal[j], nal[H + j], nAd[j], nAd[H + j]
         for q in range(L):
             s1 = c0 * a0[q] + c1 * a1[q]
-            n0[q] = (a0[q] + a1[q]) * e0[q]
-            n1[q] = s1 * e1[q]
-            m0[q] = (d0[q] + d1[q]) * e0[q]
-            m1[q] = (c0 * d0[q] + c1 * d1[q]) * e1[q] + s1 * eg[q]
+            n0[q] = (a0[q] + a1[q]) * f0[q]
+            n1[q] = s1 * f1[q]
+            m0[q] = (d0[q] + d1[q]) * f0[q]
+            m1[q] = (c0 * d0[q] + c1 * d1[q] + gk[q] * s1) * f1[q]
 
 @numba.njit(**_OPT)
-def _inject(nal, nAd, gk, gk1):
-    # nAd += g_k nal on the windows with s_k = 1 and g_{k+1} nal on those with s_{k+1} = 1
-    # (k, k + 1: the two keys of a _forward_pair, the state bits r - 2 and r - 1)
-    R = nal.shape[0]
+def _forward_derivative_pair(al, Ad, nAd, C, f0, f1, g0, g1, gk, gk1):
+    # the derivative's half of two _vjp_forward_step calls (factors f then g, upstream
+    # gradients gk, gk1) in one pass: alpha's pair sums are recomputed here (not stored) for
+    # the terms the upstream gradient adds
+    R = al.shape[0]
     H = R // 2
     Q4 = R // 4
-    L = nal.shape[1]
-    for w in range(Q4, R):
-        a, d = nal[w], nAd[w]
-        if w < H:
-            for q in range(L):
-                d[q] += gk[q] * a[q]
-        elif w < H + Q4:
-            for q in range(L):
-                d[q] += gk1[q] * a[q]
-        else:
-            for q in range(L):
-                d[q] += (gk[q] + gk1[q]) * a[q]
+    L = al.shape[1]
+    for i in range(Q4):
+        c0, c1, c2, c3 = C[4 * i], C[4 * i + 1], C[4 * i + 2], C[4 * i + 3]
+        d00, d01, d10, d11 = C[2 * i], C[2 * i + 1], C[2 * i + H], C[2 * i + 1 + H]
+        a0, a1, a2, a3 = al[4 * i], al[4 * i + 1], al[4 * i + 2], al[4 * i + 3]
+        D0, D1, D2, D3 = Ad[4 * i], Ad[4 * i + 1], Ad[4 * i + 2], Ad[4 * i + 3]
+        o00, o10, o01, o11 = nAd[i], nAd[i + Q4], nAd[i + H], nAd[i + Q4 + H]
+        for q in range(L):
+            x0, x1, x2, x3 = a0[q], a1[q], a2[q], a3[q]
+            y0, y1, y2, y3 = D0[q], D1[q], D2[q], D3[q]
+            p00 = (x0 + x1) * f0[q]  # alpha after the first key (s_k = 0, 1; older key 0, 1)
+            p10 = (x2 + x3) * f0[q]
+            p01 = (c0 * x0 + c1 * x1) * f1[q]
+            p11 = (c2 * x2 + c3 * x3) * f1[q]
+            q00 = (y0 + y1) * f0[q]  # and A
+            q10 = (y2 + y3) * f0[q]
+            q01 = (c0 * y0 + c1 * y1) * f1[q] + gk[q] * p01
+            q11 = (c2 * y2 + c3 * y3) * f1[q] + gk[q] * p11
+            o00[q] = (q00 + q10) * g0[q]
+            o01[q] = (d00 * (q00 + gk1[q] * p00) + d01 * (q10 + gk1[q] * p10)) * g1[q]
+            o10[q] = (q01 + q11) * g0[q]
+            o11[q] = (d10 * (q01 + gk1[q] * p01) + d11 * (q11 + gk1[q] * p11)) * g1[q]
 
 @numba.njit(**_OPT)
 def _vjp_forward_pair(msg, cur, C, f0, f1, g0, g1, gk, gk1):
     """Two :func:`_vjp_forward_step` calls (keys with factors ``f`` then ``g`` and upstream
     gradients ``gk``, ``gk1``) from buffers ``cur, cur + 1`` of ``msg`` into the other two;
-    returns the new ``cur``. The derivative's recursion is the message's plus ``g_k`` times the
-    message on the windows with ``s_k = 1``, and a later step keeps that set apart, so
-    ``A'' = T(A) + g_k alpha''(s_k = 1) + g_{k+1} alpha''(s_{k+1} = 1)``: two
-    :func:`_forward_pair` calls and :func:`_inject` (written as one pass, eight rows in and
-    eight out, LLVM does not vectorize it)."""
+    returns the new ``cur``."""
+    _forward_derivative_pair(msg[cur], msg[cur + 1], msg[3 - cur], C, f0, f1, g0, g1, gk, gk1)
     _forward_pair(msg[cur], msg[2 - cur], C, f0, f1, g0, g1)
-    _forward_pair(msg[cur + 1], msg[3 - cur], C, f0, f1, g0, g1)
-    _inject(msg[2 - cur], msg[3 - cur], gk, gk1)
     return 2 - cur
 
 @numba.njit(**_OPT)
-def _vjp_back_step(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg):
-    # (beta, B) before key k from after it, on messages whose state index is bit-reversed
-    # (bit 0 = the newest key, as _backward_step: in the standard order the interleaved writes
-    # make the step about four times slower): with h = f1 beta(newest = 1) and
-    # dh = f1 B(newest = 1) + g f1 beta(newest = 1), indexed by the other keys (bit-reversed),
-    # beta' = f0 beta(newest = 0) + C h and B' = f0 B(newest = 0) + C dh (the pair statistics
-    # take h and dh from _vjp_halves, a pass of its own: stored here they slow the step)
+def _vjp_back_step(be, Bd, nbe, nBd, C_lo, C_hi, f0, f1, gk):
+    """``(beta, B)`` back through key ``k`` (factors ``f0, f1``, upstream gradient ``gk``)
+    into ``(nbe, nBd)``, on bit-reversed messages (bit 0 = the newest key, as
+    :func:`_backward_step`; in the standard order the interleaved writes make the step about
+    four times slower): the derivative steps as ``B + gk beta`` on the windows with
+    ``s_k = 1``. The pieces the couplings' pair statistics read come from :func:`_vjp_halves`
+    (stored here they slow the step)."""
     H = be.shape[0] // 2
     L = be.shape[1]
     for j in range(H):
@@ -716,30 +732,21 @@ def _vjp_back_step(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg):
         cl = C_lo[j]
         ch = C_hi[j]
         for q in range(L):
-            x = e1[q] * b1[q]
-            y = e1[q] * d1[q] + eg[q] * b1[q]
-            p = e0[q] * b0[q]
-            dp = e0[q] * d0[q]
+            x = f1[q] * b1[q]
+            y = f1[q] * (d1[q] + gk[q] * b1[q])
+            p = f0[q] * b0[q]
+            dp = f0[q] * d0[q]
             n0[q] = p + cl * x
             n1[q] = p + ch * x
             m0[q] = dp + cl * y
             m1[q] = dp + ch * y
 
 @numba.njit(**_OPT)
-def _vjp_halves(be, Bd, h, dh, f1, fg):
-    # the h and dh of _vjp_back_step from the messages it stepped from, with factors f1, fg
-    H = be.shape[0] // 2
-    L = be.shape[1]
-    for j in range(H):
-        b1, d1, hj, dj = be[2 * j + 1], Bd[2 * j + 1], h[j], dh[j]
-        for q in range(L):
-            hj[q] = f1[q] * b1[q]
-            dj[q] = f1[q] * d1[q] + fg[q] * b1[q]
-
-@numba.njit(**_OPT)
-def _vjp_back_pair(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg, f0, f1, fg):
-    # two _vjp_back_step calls (factors e, then f for the earlier key) in one pass, as
-    # _backward_pair, without the h and dh that only the couplings' gradient reads
+def _backward_derivative_pair(be, Bd, nBd, C_lo, C_hi, f0, f1, g0, g1, gk, gk1):
+    # the derivative's half of two _vjp_back_step calls (factors f, upstream gradient gk,
+    # then g, gk1 for the earlier key) in one pass, as _backward_pair: the later key's term
+    # rides on the windows with s_{k-1} = 1, bit 1 of the messages the pair starts from (the
+    # first step keeps that key), so both terms go in up front
     R = be.shape[0]
     H = R // 2
     Q4 = R // 4
@@ -747,43 +754,45 @@ def _vjp_back_pair(be, Bd, nbe, nBd, C_lo, C_hi, e0, e1, eg, f0, f1, fg):
     for i in range(Q4):
         l0, l1, h0, h1 = C_lo[2 * i], C_lo[2 * i + 1], C_hi[2 * i], C_hi[2 * i + 1]
         ll, lh, hl, hh = C_lo[i], C_hi[i], C_lo[i + Q4], C_hi[i + Q4]
-        b0, b1, b2, b3 = be[4 * i], be[4 * i + 1], be[4 * i + 2], be[4 * i + 3]
+        b1, b2, b3 = be[4 * i + 1], be[4 * i + 2], be[4 * i + 3]
         d0, d1, d2, d3 = Bd[4 * i], Bd[4 * i + 1], Bd[4 * i + 2], Bd[4 * i + 3]
-        o0, o1, o2, o3 = nbe[i], nbe[H + i], nbe[i + Q4], nbe[H + i + Q4]
-        m0, m1, m2, m3 = nBd[i], nBd[H + i], nBd[i + Q4], nBd[H + i + Q4]
+        o0, o1, o2, o3 = nBd[i], nBd[H + i], nBd[i + Q4], nBd[H + i + Q4]
         for q in range(L):
-            t0 = e0[q] * b0[q]
-            x1 = e1[q] * b1[q]
-            t2 = e0[q] * b2[q]
-            x3 = e1[q] * b3[q]
-            dt0 = e0[q] * d0[q]
-            y1 = e1[q] * d1[q] + eg[q] * b1[q]
-            dt2 = e0[q] * d2[q]
-            y3 = e1[q] * d3[q] + eg[q] * b3[q]
-            u0 = t0 + l0 * x1  # the four windows after the first step, and their derivatives
-            u1 = t2 + l1 * x3
-            v0 = t0 + h0 * x1
-            v1 = t2 + h1 * x3
-            du0 = dt0 + l0 * y1
-            du1 = dt2 + l1 * y3
-            dv0 = dt0 + h0 * y1
-            dv1 = dt2 + h1 * y3
-            p = f0[q] * u0
-            x = f1[q] * u1
-            dp = f0[q] * du0
-            y = f1[q] * du1 + fg[q] * u1
-            o0[q] = p + ll * x
-            o1[q] = p + lh * x
-            m0[q] = dp + ll * y
-            m1[q] = dp + lh * y
-            p = f0[q] * v0
-            x = f1[q] * v1
-            dp = f0[q] * dv0
-            y = f1[q] * dv1 + fg[q] * v1
-            o2[q] = p + hl * x
-            o3[q] = p + hh * x
-            m2[q] = dp + hl * y
-            m3[q] = dp + hh * y
+            t0 = f0[q] * d0[q]
+            t1 = f1[q] * (d1[q] + gk[q] * b1[q])
+            t2 = f0[q] * (d2[q] + gk1[q] * b2[q])
+            t3 = f1[q] * (d3[q] + (gk[q] + gk1[q]) * b3[q])
+            u0 = g0[q] * (t0 + l0 * t1)
+            u1 = g1[q] * (t2 + l1 * t3)
+            v0 = g0[q] * (t0 + h0 * t1)
+            v1 = g1[q] * (t2 + h1 * t3)
+            o0[q] = u0 + ll * u1
+            o1[q] = u0 + lh * u1
+            o2[q] = v0 + hl * v1
+            o3[q] = v0 + hh * v1
+
+@numba.njit(**_OPT)
+def _vjp_back_pair(msg, cur, C_lo, C_hi, f0, f1, g0, g1, gk, gk1):
+    """Two :func:`_vjp_back_step` calls (factors ``f``, upstream gradient ``gk``, then ``g``,
+    ``gk1`` for the earlier key) from buffers ``cur, cur + 1`` of ``msg`` into the other
+    two; returns the new ``cur``."""
+    _backward_derivative_pair(msg[cur], msg[cur + 1], msg[3 - cur], C_lo, C_hi, f0, f1, g0,
+                              g1, gk, gk1)
+    _backward_pair(msg[cur], msg[2 - cur], C_lo, C_hi, f0, f1, g0, g1)
+    return 2 - cur
+
+@numba.njit(**_OPT)
+def _vjp_halves(be, Bd, h, dh, f1, gk):
+    # the pieces of a backward step through key k that the couplings' pair statistics read,
+    # from the messages it stepped from: h = f1 beta and dh = f1 (B + g_k beta) on the
+    # windows with s_k = 1, indexed by the other keys (bit-reversed)
+    H = be.shape[0] // 2
+    L = be.shape[1]
+    for j in range(H):
+        b1, d1, hj, dj = be[2 * j + 1], Bd[2 * j + 1], h[j], dh[j]
+        for q in range(L):
+            hj[q] = f1[q] * b1[q]
+            dj[q] = f1[q] * (d1[q] + gk[q] * b1[q])
 
 @numba.njit(**_OPT)
 def _inverse_sum(x, out):
@@ -796,27 +805,53 @@ def _inverse_sum(x, out):
         out[q] = 1 / out[q]
 
 @numba.njit(inline="always", **_OPT)
-def _scaled(f0, f1, fg, s, e0, e1, eg):
-    """A key's factors times the normalization ``s`` (per query) into ``e0, e1, eg``."""
+def _scaled(f0, f1, s, e0, e1):
+    """A key's factors times the normalization ``s`` (per query) into ``e0, e1``."""
     for q in range(f0.shape[0]):
         e0[q] = f0[q] * s[q]
         e1[q] = f1[q] * s[q]
-        eg[q] = fg[q] * s[q]
 
-@numba.njit(inline="always", **_OPT)
-def _back_key(msg, cur, C_lo, C_hi, f0, f1, fg, s, scale, e0, e1, eg):
-    """One backward step of ``(beta, B)`` (buffers ``cur``, ``cur + 1`` of ``msg`` into the
-    other two) through a key with factors ``f0, f1, fg``, times ``s`` when ``scale`` (the
-    block's last key carries the later block's normalization). Returns the new ``cur``; the
-    old buffers stay as they were until the next step."""
-    if scale:
-        _scaled(f0, f1, fg, s, e0, e1, eg)
-        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi,
-                       e0, e1, eg)
-    else:
-        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi,
-                       f0, f1, fg)
-    return 2 - cur
+@numba.njit(**_OPT)
+def _vjp_forward_keys(msg, cur, C, e0, e1, F0, F1, GK, k0, n):
+    """``n`` steps of ``(alpha, A)`` through keys ``k0 ..`` (buffers ``cur``, ``cur + 1`` of
+    ``msg``), two keys a pass, the first key with factors ``e0, e1`` (its own scaled by the
+    normalization it carries); returns the buffer pair holding the result."""
+    if n == 1:
+        _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C, e0, e1,
+                          GK[k0])
+        return 2 - cur
+    cur = _vjp_forward_pair(msg, cur, C, e0, e1, F0[k0 + 1], F1[k0 + 1], GK[k0], GK[k0 + 1])
+    for i in range(2, n - 1, 2):
+        k = k0 + i
+        cur = _vjp_forward_pair(msg, cur, C, F0[k], F1[k], F0[k + 1], F1[k + 1], GK[k],
+                                GK[k + 1])
+    if n % 2:
+        k = k0 + n - 1
+        _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C, F0[k], F1[k],
+                          GK[k])
+        cur = 2 - cur
+    return cur
+
+@numba.njit(**_OPT)
+def _vjp_backward_keys(msg, cur, C_lo, C_hi, e0, e1, F0, F1, GK, k0, n):
+    """``n`` steps of ``(beta, B)`` back through keys ``k0 + n - 1`` down to ``k0``, the last
+    key with factors ``e0, e1`` (as :func:`_vjp_forward_keys`)."""
+    k = k0 + n - 1
+    if n == 1:
+        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi, e0, e1,
+                       GK[k])
+        return 2 - cur
+    cur = _vjp_back_pair(msg, cur, C_lo, C_hi, e0, e1, F0[k - 1], F1[k - 1], GK[k], GK[k - 1])
+    k -= 2
+    while k > k0:
+        cur = _vjp_back_pair(msg, cur, C_lo, C_hi, F0[k], F1[k], F0[k - 1], F1[k - 1], GK[k],
+                             GK[k - 1])
+        k -= 2
+    if k == k0:
+        _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi, F0[k],
+                       F1[k], GK[k])
+        cur = 2 - cur
+    return cur
 
 @numba.njit(**_OPT)
 def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
@@ -831,13 +866,12 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     H = R // 2
     K = min(8, r)
     nb = (S + K - 1) // K
-    L = LANES
+    L = lanes(Q)
     G = (Q + L - 1) // L
     dt = a.dtype
     F0 = np.empty((nb * K, L), dt)
     F1 = np.empty((nb * K, L), dt)
-    FG = np.empty((nb * K, L), dt)
-    GK = np.empty((nb * K, L), dt)  # g itself
+    GK = np.empty((nb * K, L), dt)
     endA = np.empty((nb, R, L), dt)
     endD = np.empty((nb, R, L), dt)
     endT = np.empty((nb, L), dt)
@@ -847,13 +881,11 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     hh = np.empty((H, L), dt)  # h and dh of _vjp_halves
     dh = np.empty((H, L), dt)
     h1 = np.empty(L, dt)
-    hg = np.empty(L, dt)
     accq = np.empty((R, L), dt)
     acc = np.empty(R, dt)
     C = np.empty(R, dt)
     e0 = np.empty(L, dt)
     e1 = np.empty(L, dt)
-    eg = np.empty(L, dt)
     s = np.empty(L, dt)
     inv = np.empty(L, dt)
     rel = np.empty(L, dt)
@@ -894,7 +926,6 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
         for k in range(nb * K):
             for q in range(L):
                 GK[k, q] = g[q0 + q, n, k] if k < S and q < nq else 0.0
-                FG[k, q] = GK[k, q] * F1[k, q]
         # forward: (alpha, A) at every block end and the end's normalization
         cur = 0
         msg[0] = 0
@@ -903,23 +934,8 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
         s[:] = 1
         for b in range(nb):
             k = b * K  # the block's first key carries the previous block's normalization
-            _scaled(F0[k], F1[k], FG[k], s, e0, e1, eg)
-            if K == 1:
-                _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                  C, e0, e1, eg)
-                cur = 2 - cur
-            else:
-                cur = _vjp_forward_pair(msg, cur, C, e0, e1, F0[k + 1], F1[k + 1], GK[k],
-                                        GK[k + 1])
-                for i in range(2, K - 1, 2):
-                    k = b * K + i
-                    cur = _vjp_forward_pair(msg, cur, C, F0[k], F1[k], F0[k + 1], F1[k + 1],
-                                            GK[k], GK[k + 1])
-                if K % 2:
-                    k = b * K + K - 1
-                    _vjp_forward_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                      C, F0[k], F1[k], FG[k])
-                    cur = 2 - cur
+            _scaled(F0[k], F1[k], s, e0, e1)
+            cur = _vjp_forward_keys(msg, cur, C, e0, e1, F0, F1, GK, k, K)
             endA[b] = msg[cur]
             endD[b] = msg[cur + 1]
             _inverse_sum(msg[cur], s)
@@ -964,28 +980,10 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                             iv = 1 / acP[K, q]
                             m = acP[i, q] * iv
                             da[q0 + q, n, k] = acD[i, q] * iv - m * (acD[K, q] * iv)
-                # back through the block, two keys a pass; its last key carries the later
-                # block's normalization
+                # back through the block; its last key carries the later block's normalization
                 k = k0 + K - 1
-                _scaled(F0[k], F1[k], FG[k], s, e0, e1, eg)
-                if K > 1:
-                    _vjp_back_pair(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo,
-                                   C_hi, e0, e1, eg, F0[k - 1], F1[k - 1], FG[k - 1])
-                    k -= 2
-                else:
-                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                   C_lo, C_hi, e0, e1, eg)
-                    k -= 1
-                cur = 2 - cur
-                while k > k0:
-                    _vjp_back_pair(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo,
-                                   C_hi, F0[k], F1[k], FG[k], F0[k - 1], F1[k - 1], FG[k - 1])
-                    cur = 2 - cur
-                    k -= 2
-                if k == k0:
-                    _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur],
-                                   C_lo, C_hi, F0[k], F1[k], FG[k])
-                    cur = 2 - cur
+                _scaled(F0[k], F1[k], s, e0, e1)
+                cur = _vjp_backward_keys(msg, cur, C_lo, C_hi, e0, e1, F0, F1, GK, k0, K)
                 _inverse_sum(msg[cur], s)
                 continue
             # the windows before each key of the block, recomputed from the block's start
@@ -1000,29 +998,30 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
                 befD[0] = 0
                 tq[:] = 1
             if K > 1:
-                _scaled(F0[k0], F1[k0], FG[k0], tq, e0, e1, eg)
-                _vjp_forward_step(befA[0], befD[0], befA[1], befD[1], C, e0, e1, eg)
+                _scaled(F0[k0], F1[k0], tq, e0, e1)
+                _vjp_forward_step(befA[0], befD[0], befA[1], befD[1], C, e0, e1, GK[k0])
             for i in range(1, K - 1):
                 _vjp_forward_step(befA[i], befD[i], befA[i + 1], befD[i + 1], C,
-                                  F0[k0 + i], F1[k0 + i], FG[k0 + i])
+                                  F0[k0 + i], F1[k0 + i], GK[k0 + i])
             accq[:] = 0
             for i in range(K - 1, -1, -1):
                 k = k0 + i
                 old = cur
-                cur = _back_key(msg, cur, C_lo, C_hi, F0[k], F1[k], FG[k], s,
-                                i == K - 1, e0, e1, eg)
-                # the step's h and dh from the messages it stepped from, with its factors:
-                # the block's last key's scaled by s (by _back_key, in e1, eg), the first's
-                # by the block start's normalization (its windows were kept before it)
-                if i == K - 1:
-                    _vjp_halves(msg[old], msg[old + 1], hh, dh, e1, eg)
-                elif i == 0:
+                f0k, f1k = F0[k], F1[k]
+                if i == K - 1:  # the block's last key carries the later block's normalization
+                    _scaled(F0[k], F1[k], s, e0, e1)
+                    f0k, f1k = e0, e1
+                _vjp_back_step(msg[cur], msg[cur + 1], msg[2 - cur], msg[3 - cur], C_lo, C_hi,
+                               f0k, f1k, GK[k])
+                cur = 2 - cur
+                # the step's h and dh from the messages it stepped from (kept until the next
+                # step), with its factor f1; the block's first key's scaled by the block
+                # start's normalization (its windows were kept before it)
+                if i == 0 and K > 1:
                     for q in range(L):
                         h1[q] = F1[k, q] * tq[q]
-                        hg[q] = FG[k, q] * tq[q]
-                    _vjp_halves(msg[old], msg[old + 1], hh, dh, h1, hg)
-                else:
-                    _vjp_halves(msg[old], msg[old + 1], hh, dh, F1[k], FG[k])
+                    f1k = h1
+                _vjp_halves(msg[old], msg[old + 1], hh, dh, f1k, GK[k])
                 bA, bD = befA[i], befD[i]
                 if i == K - 1:  # the block's windows share one scale: sum_w alpha beta = Z
                     inv[:] = 0
@@ -1074,7 +1073,7 @@ def _run_vjp(job):
     """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, g, skip, pairs, da, dcp, u0,
     u1]."""
     Q, N, S, r = job[1], job[2], job[3], job[4]
-    G = (Q + LANES - 1) // LANES
+    G = (Q + lanes(Q) - 1) // lanes(Q)
     skip = carray(ptr(job[8]), (N,), dtype=np.bool_)
     pairs = carray(ptr(job[9]), (1,), dtype=np.int32)[0] != 0
     if job[0] == ffi.F32:
@@ -1119,7 +1118,7 @@ def _vjp_handle(frame_ptr, create, join, worker, error_args, threads):
     Q, N, S = dims[0], dims[1], dims[2]
     if cd[0] != N or cd[1] < 1:
         return fail(frame, error_args)
-    units = N * ((Q + LANES - 1) // LANES)
+    units = N * ((Q + lanes(Q) - 1) // lanes(Q))
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK // 4:
         T = 1
@@ -1144,7 +1143,7 @@ def transfer_vjp(a, c, g, skip, pairs):
     a = jnp.asarray(a)
     Q, N, S = a.shape
     r = c.shape[1]
-    G = -(-Q // LANES)
+    G = -(-Q // lanes(Q))
     if Q * N * S == 0:
         return jnp.zeros_like(a), jnp.zeros((N, r), a.dtype)
     da, dcp = jax.ffi.ffi_call(

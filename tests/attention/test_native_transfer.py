@@ -208,7 +208,7 @@ def test_empty():
 
 
 @pytest.mark.parametrize("r", [2, 3, 8])
-def test_two_key_passes_are_two_steps(r):
+def test_gradient_steps_and_two_key_passes(r):
     # every fused pass of the kernels against the single steps it stands for, in float64 on
     # random messages (the end-to-end tests above exercise them only through whole chains)
     rng = np.random.default_rng(r)
@@ -237,8 +237,22 @@ def test_two_key_passes_are_two_steps(r):
         out, steps(transfer._backward_step, be, (C_lo, C_hi, f0, f1), (C_lo, C_hi, g0, g1)),
         rtol=1e-13)
 
-    # the gradient's pairs: (message, derivative) through keys with factors f and g and
-    # upstream gradients gk, gk1 (the derivative's extra factor is g f1)
+    # the gradient's single steps: (message, derivative) through a key with factors f and
+    # upstream gradient gk; the derivative is the step of the derivative plus the step's
+    # derivative along the key's field, the step with the s = 1 factor g f1 and no s = 0 term
+    zero = np.zeros(L)
+    for step, vjp_step, x, X, consts in (
+            (transfer._forward_step, transfer._vjp_forward_step, al, Ad, (C,)),
+            (transfer._backward_step, transfer._vjp_back_step, be, Bd, (C_lo, C_hi))):
+        t, T, want, term = (np.empty_like(x) for _ in range(4))
+        vjp_step(x, X, t, T, *consts, f0, f1, gk)
+        step(x, want, *consts, f0, f1)
+        np.testing.assert_allclose(t, want, rtol=1e-13)
+        step(X, want, *consts, f0, f1)
+        step(x, term, *consts, zero, gk * f1)
+        np.testing.assert_allclose(T, want + term, rtol=1e-12, atol=1e-13)
+
+    # and their pairs (keys with factors f then g, upstream gradients gk then gk1)
     def vjp_steps(step, x, X, *consts, first, second):
         t, T, o, O = (np.empty_like(x) for _ in range(4))
         step(x, X, t, T, *consts, *first)
@@ -247,16 +261,16 @@ def test_two_key_passes_are_two_steps(r):
 
     msg = np.stack([al, Ad, np.empty_like(al), np.empty_like(al)])
     assert transfer._vjp_forward_pair(msg, 0, C, f0, f1, g0, g1, gk, gk1) == 2
-    want = vjp_steps(transfer._vjp_forward_step, al, Ad, C, first=(f0, f1, gk * f1),
-                     second=(g0, g1, gk1 * g1))
+    want = vjp_steps(transfer._vjp_forward_step, al, Ad, C, first=(f0, f1, gk),
+                     second=(g0, g1, gk1))
     np.testing.assert_allclose(msg[2], want[0], rtol=1e-13)
     np.testing.assert_allclose(msg[3], want[1], rtol=1e-12, atol=1e-13)
-    o, O = np.empty_like(be), np.empty_like(be)
-    transfer._vjp_back_pair(be, Bd, o, O, C_lo, C_hi, f0, f1, gk * f1, g0, g1, gk1 * g1)
-    want = vjp_steps(transfer._vjp_back_step, be, Bd, C_lo, C_hi, first=(f0, f1, gk * f1),
-                     second=(g0, g1, gk1 * g1))
-    np.testing.assert_allclose(o, want[0], rtol=1e-13)
-    np.testing.assert_allclose(O, want[1], rtol=1e-12, atol=1e-13)
+    msg = np.stack([be, Bd, np.empty_like(be), np.empty_like(be)])
+    assert transfer._vjp_back_pair(msg, 0, C_lo, C_hi, f0, f1, g0, g1, gk, gk1) == 2
+    want = vjp_steps(transfer._vjp_back_step, be, Bd, C_lo, C_hi, first=(f0, f1, gk),
+                     second=(g0, g1, gk1))
+    np.testing.assert_allclose(msg[2], want[0], rtol=1e-13)
+    np.testing.assert_allclose(msg[3], want[1], rtol=1e-12, atol=1e-13)
 
     # the block readout by folding: per-bit sums of end * beta(bit-reversed) over the top K bits
     K = min(8, r)
