@@ -62,7 +62,7 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   ``T - 1 - t`` share one chain.
 * **A compiled forward pass and gradient on the CPU** (:mod:`isingattn._kernels.transfer`,
   ``backend="auto"`` of :func:`banded_chain_marginals`): the same recursions in numba, one head
-  and 64 queries at a time with their messages in the core's cache (XLA streams every step's
+  and up to 128 queries at a time with their messages in the core's cache (XLA streams every step's
   messages through memory), on threads of its own; the gradient of the heads beyond
   :func:`_grad_limit` stays JAX's log-domain autodiff (:func:`_compiled_bwd`), and sharded
   inputs under plain ``jit`` take this module's VJP on each device (:func:`_partitioned_bwd`).
