@@ -42,7 +42,8 @@ def _both(a, c, **kw):
 
 
 @pytest.mark.parametrize("Q,N,S,r", [(37, 3, 21, 4), (70, 2, 30, 8), (20, 2, 13, 3),
-                                     (16, 1, 9, 10), (65, 2, 40, 1), (3, 4, 8, 8)])
+                                     (16, 1, 9, 10), (65, 2, 40, 1), (3, 4, 8, 8),
+                                     (300, 1, 17, 5)])
 def test_marginals_match_the_jax_kernel(Q, N, S, r):
     a, c = _chains(Q, N, S, r, seed=Q + S + r)
     m, ref = _both(a, c)
@@ -73,6 +74,19 @@ def test_strong_heads_take_the_log_domain_path_in_both(dtype):
         weak, _ = _both(a[:, :1], c[:1])
         np.testing.assert_array_equal(m[:, :1], weak)
         assert np.all(m[np.isneginf(np.asarray(a))] == 0)
+
+
+def test_lanes_cover_the_queries_in_the_fewest_even_groups():
+    # a unit's queries: at most LANES, a multiple of 8, in the fewest groups that hold Q, with
+    # fewer than 8 spare lanes a group (a few queries do not pay for a row of LANES)
+    for Q in range(1, 4 * transfer.LANES + 3):
+        L = transfer.lanes(Q)
+        G = -(-Q // L)
+        assert L % 8 == 0 and 8 <= L <= transfer.LANES, (Q, L)
+        assert G == -(-Q // transfer.LANES), (Q, L)
+        assert G * L - Q < 8 * G, (Q, L)
+    assert transfer.lanes(1) == 8 and transfer.lanes(130) == 72
+    assert transfer.lanes(4096) == transfer.LANES
 
 
 def test_threaded_call_matches():
