@@ -22,9 +22,9 @@ The gradient is here too (:func:`transfer_vjp`): the hand-written VJP of
 :func:`~isingattn.attention._banded._vjp_tile` (messages carried with their derivative along the
 upstream gradient, the windows of a block recomputed for the couplings' pair statistics) in the
 same units and threads, for the heads within the probability-space gradient's range; the others
-keep JAX's log-domain autodiff. :func:`.ffi.resolve_backend` decides whether they run. Every function is
-cached on disk by numba; the handler XLA calls is a few instructions compiled per process that
-pass this process's addresses to the cached :func:`_handle`.
+keep JAX's log-domain autodiff. :func:`.ffi.resolve_backend` decides whether they run. Every
+function is cached on disk by numba; the handler XLA calls is a few instructions compiled per
+process that pass this process's addresses to the cached :func:`_handle`.
 """
 
 from __future__ import annotations
@@ -421,8 +421,8 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
     """Marginals ``out`` ``(Q, N, S)`` of the chains with fields ``a`` ``(Q, N, S)``
     (``-inf`` = held at 0) and couplings ``c`` ``(N, r)``, for the units ``u0 .. u1 - 1``
     (unit ``u``: head ``u // G``, queries ``(u % G) * L`` onwards, ``G`` groups of
-    ``L =`` :func:`lanes` ``(Q)`` queries per head); on the heads with ``sum_d |c_nd| > fast_limit``,
-    their logarithms, by the log-domain path (:func:`_log_unit`)."""
+    ``L =`` :func:`lanes` ``(Q)`` queries per head); on the heads with
+    ``sum_d |c_nd| > fast_limit``, their logarithms, by the log-domain path (:func:`_log_unit`)."""
     Q, S = a.shape[0], a.shape[2]
     r = c.shape[1]
     R = 1 << r
