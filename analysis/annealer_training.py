@@ -365,11 +365,14 @@ def run_points(todo_all, table, P, args):
         todo = [p for p in todo if p.task in args.task]
     if args.source:
         todo = [p for p in todo if p.source.name in args.source]
+    if args.seed:
+        todo = [p for p in todo if p.seed in args.seed]
     if not todo:
         return
     print(f"{len(todo)} of {len(todo_all)} points to run"
           + (f" on {', '.join(args.task)}" if args.task else "")
           + (f" from {', '.join(args.source)}" if args.source else "")
+          + (f" with seed {', '.join(map(str, args.seed))}" if args.seed else "")
           + (f" (this session: {args.max_points})" if args.max_points else ""), file=sys.stderr)
     todo = todo[: args.max_points]
     curves_path = os.path.join(args.out, "curves.json")
@@ -625,6 +628,9 @@ def main(argv=None):
     ap.add_argument("--source", action="append", default=None, metavar="NAME",
                     help="run only this gradient source's points (repeatable; like --task, the "
                          "declared set of points is unchanged)")
+    ap.add_argument("--seed", action="append", type=int, default=None, metavar="N",
+                    help="run only this seed's points (repeatable; like --task: two processes "
+                         "on different seeds share one sweep)")
     args = ap.parse_args(argv)
     if args.max_points is not None and args.max_points < 1:
         ap.error(f"--max-points must be >= 1; got {args.max_points}")
@@ -637,6 +643,11 @@ def main(argv=None):
     if unknown:
         ap.error(f"--source {unknown[0]!r} is not a source of this sweep; valid: "
                  f"{', '.join(names)}")
+    seeds = PRESETS["quick" if args.quick else "full"]["seeds"]
+    unknown = sorted(set(args.seed or ()) - set(seeds))
+    if unknown:
+        ap.error(f"--seed {unknown[0]} is not a seed of this sweep; valid: "
+                 f"{', '.join(map(str, seeds))}")
     _, P, table, _ = open_sweep(args, PRESETS, "annealer_training.csv", FIELDS, row_key,
                                 parse_row)
     for name in ("curves.json", "stopped.csv"):  # the table itself is cleared by open_sweep

@@ -307,6 +307,9 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
                        check=False)
     assert other.returncode == 2 and "--source 'gibbs' is not a source" in other.stderr
     assert "valid: exact, sampled-exact" in other.stderr
+    other = run_script("annealer_training.py", "--quick", "--out", out, "--seed", "7",
+                       check=False)
+    assert other.returncode == 2 and "--seed 7 is not a seed of this sweep" in other.stderr
     first = run_script("annealer_training.py", "--quick", "--out", out, "--max-points", "1",
                        "--task", "pair-copy")
     assert "2 of 2 points to run on pair-copy" in first.stderr
@@ -405,7 +408,7 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp
                 "name": p.name}
 
     monkeypatch.setattr(at, "measure", measure)
-    args = type("Args", (), {"task": None, "source": None, "max_points": None,
+    args = type("Args", (), {"task": None, "source": None, "seed": None, "max_points": None,
                              "out": str(tmp_path),
                              "runs": str(tmp_path / "runs")})()
     table = Table()
@@ -429,6 +432,13 @@ def test_annealer_training_goes_on_past_a_failing_point(monkeypatch, capsys, tmp
     table.done, args.source = set(), [todo[2].source.name]
     at.run_points(todo, table, P, args)
     assert calls == [todo[2].name] and todo[2].source.name != todo[0].source.name
+    calls.clear()  # --seed: only that seed's points (of that source here)
+    args.seed = [todo[2].seed + 1]
+    at.run_points(todo, table, P, args)
+    assert calls == []
+    args.seed = [todo[2].seed]
+    at.run_points(todo, table, P, args)
+    assert calls == [todo[2].name]
     text = at.markdown(at.summarize([], P, stopped.values()), P)
     assert "Stopped runs" in text and f"| {todo[1].source.name} | " in text
     assert "not competitive (a run stopped)" in text  # its cell, though no seed finished
