@@ -60,6 +60,11 @@ def lanes(Q):
     groups = max(1, (Q + LANES - 1) // LANES)
     return min(LANES, max(8, ((Q + groups - 1) // groups + 7) // 8 * 8))
 
+@numba.njit(cache=True)
+def groups(Q):
+    """Units of work per head for ``Q`` queries a head: ``ceil(Q /`` :func:`lanes` ``(Q))``."""
+    return (Q + lanes(Q) - 1) // lanes(Q)
+
 @numba.njit(**_OPT)
 def _forward_step(alpha, nxt, C, f0, f1):
     # window after key k - 1 -> after key k: pair sums over the oldest key (bit 0), the new
@@ -429,7 +434,7 @@ def marginals_units(a, c, out, fast_limit, u0, u1):
     K = min(8, r)
     nb = (S + K - 1) // K
     L = lanes(Q)
-    G = (Q + L - 1) // L
+    G = groups(Q)
     dt = a.dtype
     ends = np.empty((nb, R, L), dt)
     buf = np.empty((2, R, L), dt)
@@ -534,7 +539,7 @@ def _handle(frame_ptr, create, join, worker, error_args, threads):
     if cd[0] != N:
         return fail(frame, error_args)
     Q = lead(dims, rank, 2)
-    units = N * ((Q + lanes(Q) - 1) // lanes(Q))
+    units = N * groups(Q)
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK:
         T = 1
@@ -867,7 +872,7 @@ def vjp_units(a, c, g, da, dcp, pairs, skip, u0, u1):
     K = min(8, r)
     nb = (S + K - 1) // K
     L = lanes(Q)
-    G = (Q + L - 1) // L
+    G = groups(Q)
     dt = a.dtype
     F0 = np.empty((nb * K, L), dt)
     F1 = np.empty((nb * K, L), dt)
@@ -1073,7 +1078,7 @@ def _run_vjp(job):
     """One thread's share: ``job`` = [dtype, Q, N, S, r, a, c, g, skip, pairs, da, dcp, u0,
     u1]."""
     Q, N, S, r = job[1], job[2], job[3], job[4]
-    G = (Q + lanes(Q) - 1) // lanes(Q)
+    G = groups(Q)
     skip = carray(ptr(job[8]), (N,), dtype=np.bool_)
     pairs = carray(ptr(job[9]), (1,), dtype=np.int32)[0] != 0
     if job[0] == ffi.F32:
@@ -1118,7 +1123,7 @@ def _vjp_handle(frame_ptr, create, join, worker, error_args, threads):
     Q, N, S = dims[0], dims[1], dims[2]
     if cd[0] != N or cd[1] < 1:
         return fail(frame, error_args)
-    units = N * ((Q + lanes(Q) - 1) // lanes(Q))
+    units = N * groups(Q)
     T = min(threads, units)
     if Q * N * S << cd[1] < THREADED_WORK // 4:
         T = 1
@@ -1143,7 +1148,7 @@ def transfer_vjp(a, c, g, skip, pairs):
     a = jnp.asarray(a)
     Q, N, S = a.shape
     r = c.shape[1]
-    G = -(-Q // lanes(Q))
+    G = groups(Q)
     if Q * N * S == 0:
         return jnp.zeros_like(a), jnp.zeros((N, r), a.dtype)
     da, dcp = jax.ffi.ffi_call(

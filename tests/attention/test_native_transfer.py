@@ -81,7 +81,8 @@ def test_lanes_cover_the_queries_in_the_fewest_even_groups():
     # fewer than 8 spare lanes a group (a few queries do not pay for a row of LANES)
     for Q in range(1, 4 * transfer.LANES + 3):
         L = transfer.lanes(Q)
-        G = -(-Q // L)
+        G = transfer.groups(Q)
+        assert G == -(-Q // L), (Q, L, G)
         assert L % 8 == 0 and 8 <= L <= transfer.LANES, (Q, L)
         assert G == -(-Q // transfer.LANES), (Q, L)
         assert G * L - Q < 8 * G, (Q, L)
