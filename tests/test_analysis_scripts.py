@@ -300,16 +300,6 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
     missing point; every sampled run records its sampler's measured effective temperatures and
     is evaluated with exact inference too."""
     out = tmp_path / "a"
-    other = run_script("annealer_training.py", "--quick", "--out", out, "--task", "bracket",
-                       check=False)
-    assert other.returncode == 2 and "--task 'bracket' is not a task" in other.stderr
-    other = run_script("annealer_training.py", "--quick", "--out", out, "--source", "gibbs",
-                       check=False)
-    assert other.returncode == 2 and "--source 'gibbs' is not a source" in other.stderr
-    assert "valid: exact, sampled-exact" in other.stderr
-    other = run_script("annealer_training.py", "--quick", "--out", out, "--seed", "7",
-                       check=False)
-    assert other.returncode == 2 and "--seed 7 is not a seed of this sweep" in other.stderr
     first = run_script("annealer_training.py", "--quick", "--out", out, "--max-points", "1",
                        "--task", "pair-copy")
     assert "2 of 2 points to run on pair-copy" in first.stderr
@@ -343,6 +333,24 @@ def test_annealer_training_quick_resumes_from_its_table(tmp_path):
     table = out / "annealer_training.csv"
     assert not table.exists() or read_rows(table) == []
 
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "bracket"], "--task 'bracket' is not a task of this sweep; valid: pair-copy"),
+    (["--source", "gibbs"], ("--source 'gibbs' is not a source of this sweep; valid: exact, "
+                             "sampled-exact")),
+    (["--seed", "7"], "--seed 7 is not a seed of this sweep; valid: 0"),
+    (["--max-points", "0"], "--max-points must be >= 1; got 0"),
+])
+def test_annealer_training_selections_name_the_valid_values(monkeypatch, capsys, tmp_path,
+                                                            args, message):
+    # checked before the table is opened: nothing is written
+    monkeypatch.syspath_prepend(ANALYSIS)
+    import annealer_training as at
+
+    with pytest.raises(SystemExit) as exc:
+        at.main(["--quick", "--out", str(tmp_path / "a"), *args])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
 
 
 def test_annealer_training_full_preset_runs_the_declared_points_comparison_first(monkeypatch):
