@@ -634,16 +634,17 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.max_points is not None and args.max_points < 1:
         ap.error(f"--max-points must be >= 1; got {args.max_points}")
-    tasks = PRESETS["quick" if args.quick else "full"]["tasks"]
+    preset = PRESETS["quick" if args.quick else "full"]
+    tasks = preset["tasks"]
     unknown = sorted(set(args.task or ()) - set(tasks))
     if unknown:  # before the table is opened (--fresh would clear it)
         ap.error(f"--task {unknown[0]!r} is not a task of this sweep; valid: {', '.join(tasks)}")
-    names = [s.name for s in sources(PRESETS["quick" if args.quick else "full"])]
+    names = [s.name for s in sources(preset)]
     unknown = sorted(set(args.source or ()) - set(names))
     if unknown:
         ap.error(f"--source {unknown[0]!r} is not a source of this sweep; valid: "
                  f"{', '.join(names)}")
-    seeds = PRESETS["quick" if args.quick else "full"]["seeds"]
+    seeds = preset["seeds"]
     unknown = sorted(set(args.seed or ()) - set(seeds))
     if unknown:
         ap.error(f"--seed {unknown[0]} is not a seed of this sweep; valid: "
