@@ -57,8 +57,8 @@ def lanes(Q):
     """Queries of one head in a unit of work, for ``Q`` queries a head: the fewest groups of at
     most :data:`LANES`, as even as multiples of 8 (a vector of float32) make them (so a few
     queries, as in decoding, do not pay for a whole row of :data:`LANES`)."""
-    groups = max(1, (Q + LANES - 1) // LANES)
-    return min(LANES, max(8, ((Q + groups - 1) // groups + 7) // 8 * 8))
+    n = max(1, (Q + LANES - 1) // LANES)  # the fewest groups
+    return min(LANES, max(8, ((Q + n - 1) // n + 7) // 8 * 8))
 
 @numba.njit(cache=True)
 def groups(Q):
