@@ -55,7 +55,7 @@ import traceback
 import numpy as np
 from _training import jsonable, open_sweep, read_json, run_point, sweep_parser, write_json
 
-from isingattn.attention._calibration import is_measured
+from isingattn.attention._calibration import _MAX_STEP, is_measured
 from isingattn.experiments import TrainConfig
 from isingattn.experiments._stats import mean_interval, paired_difference
 
@@ -473,6 +473,46 @@ def summarize(rows, P, stopped=()):
     return {"tasks": out, "points": len(rows), "stopped": [dict(r) for r in stopped]}
 
 
+def scale_cycles(curves, P, rows=None) -> dict:
+    """Calibration scales in a two-cycle, per ``"task source"`` of the calibrated sources (the
+    finished points of ``rows``; every point in ``curves`` if None): a scale update is one
+    whose value returns to that of two updates before after a move by the rule's largest factor
+    (:data:`_MAX_STEP`), over every layer, head and component. For each source: the ``cycles``
+    and ``updates`` counted, the ``points`` with a cycle, and per component (``gamma_h``,
+    ``gamma_J``) the largest measured ``gamma`` at either scale of any cycle (NaN: none)."""
+    calibrated = {s.name for s in sources(P) if s.calibrate}
+    names = None if rows is None else {
+        Point(r["task"], r["length"], Source(r["source"], r["method"]), r["num_samples"],
+              r["seed"]).name for r in rows}
+    out = {}
+    for name, curve in sorted(curves.items()):
+        task, _, src = name.split("_")[:3]
+        if src not in calibrated or (names is not None and name not in names):
+            continue
+        cell = out.setdefault(f"{task} {src}", {"cycles": 0, "updates": 0, "points": 0,
+                                                "gamma_h": math.nan, "gamma_J": math.nan})
+        series = {}
+        for r in sorted(curve.get("calibration") or [],
+                        key=lambda r: (int(r["step"]), int(r["round"]))):
+            series.setdefault((r["layer"], r["head"]), []).append(r)
+        found = 0
+        for seq in series.values():
+            for c_name, g_name in (("c_h", "gamma_h"), ("c_J", "gamma_J")):
+                c = [float(r[c_name]) for r in seq]
+                g = [float(r[g_name]) for r in seq]
+                for i in range(2, len(c)):
+                    cell["updates"] += 1
+                    lo, hi = sorted((c[i], c[i - 1]))
+                    if c[i] == c[i - 2] and hi >= 0.99 * _MAX_STEP * lo:
+                        found += 1
+                        both = [x for x in (g[i], g[i - 1]) if math.isfinite(x)]
+                        if both:
+                            cell[g_name] = float(np.nanmax([cell[g_name], max(both)]))
+        cell["cycles"] += found
+        cell["points"] += found > 0
+    return out
+
+
 def _nanmean(x):
     x = np.asarray(x, float)
     return float(np.mean(x[np.isfinite(x)])) if np.any(np.isfinite(x)) else math.nan
@@ -514,6 +554,15 @@ def markdown(S, P):
         lines += [f"| {r['task']} | {r['source']} | {r['num_samples']} | {r['seed']} | "
                   f"{r['last_step']} | {_f(float(r['valid_accuracy']))} | {r['reason']} |"
                   for r in S["stopped"]]
+        lines.append("")
+    if S.get("scale_cycles"):
+        lines += [("### Calibration scales in a two-cycle (a scale back to its value of two "
+                   "updates before, after a move by the largest factor)"), "",
+                  ("| task source | updates in a cycle | points with one | largest γ_h there | "
+                   "largest γ_J there |"), "|---|---|---|---|---|"]
+        lines += [f"| {k} | {c['cycles']} of {c['updates']} | {c['points']} | "
+                  f"{_f(c['gamma_h'])} | {_f(c['gamma_J'])} |"
+                  for k, c in S["scale_cycles"].items()]
         lines.append("")
     return "\n".join(lines)
 
@@ -609,11 +658,13 @@ def plot(S, rows, curves, P, out):
 
 def report(table, P, out):
     S = summarize(table.rows, P, read_stopped(out).values())
+    curves = read_json(os.path.join(out, "curves.json"), {})
+    S["scale_cycles"] = scale_cycles(curves, P, table.rows)
     write_json(os.path.join(out, "summary.json"), jsonable(S))
     text = markdown(S, P)
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(text)
-    plot(S, table.rows, read_json(os.path.join(out, "curves.json"), {}), P, out)
+    plot(S, table.rows, curves, P, out)
     print(text)
 
 
