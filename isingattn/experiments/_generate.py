@@ -13,6 +13,7 @@ inference method with the ``marginal`` readout.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -76,12 +77,12 @@ def _pick(logits, key, temperature, top_k):
     return jnp.where(temperature > 0, drawn, greedy)
 
 
-def _sampler(trainer, top_k):
-    """The recomputing step: the next token from a padded window of ``L`` characters."""
+@functools.lru_cache(maxsize=16)
+def _sampler(graphdef, top_k):
+    """The recomputing step: the next token from a padded window of ``L`` characters. One
+    compiled program per model structure and ``top_k``, kept for later calls."""
     import jax
     from flax import nnx
-
-    graphdef = trainer.graphdef
 
     def next_token(state, window, pos, key, temperature):
         model, _ = nnx.merge(graphdef, state)
@@ -90,8 +91,10 @@ def _sampler(trainer, top_k):
     return jax.jit(next_token)
 
 
+@functools.lru_cache(maxsize=16)
 def _decoder(top_k):
-    """The cached step: one token in, the next token's choice and logits' source advanced."""
+    """The cached step: one token in, the next token's choice and logits' source advanced
+    (compiled once per model structure and ``top_k``, kept for later calls)."""
     from flax import nnx
 
     def step(model, token, key, temperature):
@@ -172,7 +175,7 @@ def generate_text(run, prompt: str, length: int, *, temperature: float = 1.0, se
             ids.append(tok)
             new.append(tok)
     # then one pass over the sliding window of the last L characters per character
-    next_token = _sampler(trainer, top_k) if len(new) < length else None
+    next_token = _sampler(trainer.graphdef, top_k) if len(new) < length else None
     window = np.zeros((1, L), np.int32)
     while len(new) < length:
         ctx = ids[-L:]

@@ -223,6 +223,13 @@ def test_generate_is_deterministic_per_seed_windows_the_prompt_and_needs_no_corp
     assert generate_text(run, "t", 0) == ""
     assert generate_text(run, "t", 10, top_k=1, seed=5) == generate_text(
         run, "t", 10, temperature=0)  # top-1 sampling is greedy
+    # the compiled steps are kept per model structure: a later call (the run loaded again)
+    # compiles nothing new
+    from isingattn.experiments._generate import _decoder, _sampler
+
+    before = _decoder.cache_info().misses, _sampler.cache_info().misses
+    generate_text(run, "the", 12, seed=4)
+    assert (_decoder.cache_info().misses, _sampler.cache_info().misses) == before
     # greedy decoding against the model called on the exact window (prompt longer than L)
     from isingattn.experiments._generate import _load
 
