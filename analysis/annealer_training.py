@@ -473,42 +473,57 @@ def summarize(rows, P, stopped=()):
     return {"tasks": out, "points": len(rows), "stopped": [dict(r) for r in stopped]}
 
 
-def scale_cycles(curves, P, rows=None) -> dict:
-    """Calibration scales in a two-cycle, per ``"task source"`` of the calibrated sources (the
-    finished points of ``rows``; every point in ``curves`` if None): a scale update is one
-    whose value returns to that of two updates before after a move by the rule's largest factor
-    (:data:`_MAX_STEP`), over every layer, head and component. For each source: the ``cycles``
-    and ``updates`` counted, the ``points`` with a cycle, and per component (``gamma_h``,
-    ``gamma_J``) the largest measured ``gamma`` at either scale of any cycle (NaN: none)."""
+def reprobes(curves, P, rows=None) -> dict:
+    """Saturated scales probed again, per ``"task source"`` of the calibrated sources (the
+    finished points of ``rows``; every point in ``curves`` if None). A measurement starts
+    without the previous one's slope, so its first round may move a saturated scale by the
+    rule's largest factor (:data:`_MAX_STEP`) again, and its second round return it; such a
+    measurement (per layer, head and component) is a *re-probe*. For each source: the
+    ``reprobes`` among the ``measurements``, the ``points`` with one, the largest ``gamma`` the
+    re-probes measured at the probed scale per component (``gamma_h``, ``gamma_J``; NaN: none),
+    and ``alternations``: measurements whose scale in force (their first round's) is that of two
+    measurements before after a move by the largest factor (a scale oscillating in training)."""
     calibrated = {s.name for s in sources(P) if s.calibrate}
     names = None if rows is None else {
         Point(r["task"], r["length"], Source(r["source"], r["method"]), r["num_samples"],
               r["seed"]).name for r in rows}
+
+    def far(x, y):
+        lo, hi = sorted((x, y))
+        return hi >= 0.99 * _MAX_STEP * lo
+
     out = {}
     for name, curve in sorted(curves.items()):
         task, _, src = name.split("_")[:3]
         if src not in calibrated or (names is not None and name not in names):
             continue
-        cell = out.setdefault(f"{task} {src}", {"cycles": 0, "updates": 0, "points": 0,
-                                                "gamma_h": math.nan, "gamma_J": math.nan})
-        series = {}
-        for r in sorted(curve.get("calibration") or [],
-                        key=lambda r: (int(r["step"]), int(r["round"]))):
-            series.setdefault((r["layer"], r["head"]), []).append(r)
+        cell = out.setdefault(f"{task} {src}", {
+            "reprobes": 0, "measurements": 0, "points": 0, "gamma_h": math.nan,
+            "gamma_J": math.nan, "alternations": 0})
+        rounds = {}  # (layer, head) -> step -> round -> record
+        for r in curve.get("calibration") or []:
+            rounds.setdefault((r["layer"], r["head"]), {}).setdefault(
+                int(r["step"]), {})[int(r["round"])] = r
         found = 0
-        for seq in series.values():
+        for by_step in rounds.values():
+            steps = sorted(by_step)
             for c_name, g_name in (("c_h", "gamma_h"), ("c_J", "gamma_J")):
-                c = [float(r[c_name]) for r in seq]
-                g = [float(r[g_name]) for r in seq]
-                for i in range(2, len(c)):
-                    cell["updates"] += 1
-                    lo, hi = sorted((c[i], c[i - 1]))
-                    if c[i] == c[i - 2] and hi >= 0.99 * _MAX_STEP * lo:
+                in_force = [float(by_step[t][0][c_name]) for t in steps if 0 in by_step[t]]
+                cell["alternations"] += sum(
+                    in_force[i] == in_force[i - 2] and far(in_force[i], in_force[i - 1])
+                    for i in range(2, len(in_force)))
+                for t in steps:
+                    if 0 not in by_step[t] or 1 not in by_step[t]:
+                        continue
+                    first, second = by_step[t][0], by_step[t][1]
+                    cell["measurements"] += 1
+                    c0, c1 = float(first[c_name]), float(second[c_name])
+                    if float(second["new_" + c_name]) == c0 and far(c0, c1):
                         found += 1
-                        both = [x for x in (g[i], g[i - 1]) if math.isfinite(x)]
-                        if both:
-                            cell[g_name] = float(np.nanmax([cell[g_name], max(both)]))
-        cell["cycles"] += found
+                        g = float(second[g_name])
+                        if math.isfinite(g):
+                            cell[g_name] = float(np.nanmax([cell[g_name], g]))
+        cell["reprobes"] += found
         cell["points"] += found > 0
     return out
 
@@ -555,14 +570,16 @@ def markdown(S, P):
                   f"{r['last_step']} | {_f(float(r['valid_accuracy']))} | {r['reason']} |"
                   for r in S["stopped"]]
         lines.append("")
-    if S.get("scale_cycles"):
-        lines += [("### Calibration scales in a two-cycle (a scale back to its value of two "
-                   "updates before, after a move by the largest factor)"), "",
-                  ("| task source | updates in a cycle | points with one | largest γ_h there | "
-                   "largest γ_J there |"), "|---|---|---|---|---|"]
-        lines += [f"| {k} | {c['cycles']} of {c['updates']} | {c['points']} | "
-                  f"{_f(c['gamma_h'])} | {_f(c['gamma_J'])} |"
-                  for k, c in S["scale_cycles"].items()]
+    if S.get("reprobes"):
+        lines += [("### Saturated calibration scales probed again (the first round of a "
+                   "measurement moved a scale by the largest factor, the second returned it)"),
+                  "",
+                  ("| task source | re-probes / measurements | points with one | largest γ_h "
+                   "at the probed scale | largest γ_J there | scales oscillating in training |"),
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {c['reprobes']} / {c['measurements']} | {c['points']} | "
+                  f"{_f(c['gamma_h'])} | {_f(c['gamma_J'])} | {c['alternations']} |"
+                  for k, c in S["reprobes"].items()]
         lines.append("")
     return "\n".join(lines)
 
@@ -659,7 +676,7 @@ def plot(S, rows, curves, P, out):
 def report(table, P, out):
     S = summarize(table.rows, P, read_stopped(out).values())
     curves = read_json(os.path.join(out, "curves.json"), {})
-    S["scale_cycles"] = scale_cycles(curves, P, table.rows)
+    S["reprobes"] = reprobes(curves, P, table.rows)
     write_json(os.path.join(out, "summary.json"), jsonable(S))
     text = markdown(S, P)
     with open(os.path.join(out, "summary.md"), "w") as f:

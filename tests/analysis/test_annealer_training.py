@@ -188,35 +188,40 @@ def test_annealer_training_verdict_is_the_declared_rule(monkeypatch):
     assert at.verdict(Interval(-0.013, -0.025, -0.001, 3), 3) == "competitive (a loss: below 0)"
 
 
-def test_annealer_training_counts_calibration_two_cycles(monkeypatch):
-    """A scale that returns to its value of two updates before after a move by the largest
-    factor is one update of a two-cycle; sources without calibration and points not in the
-    table are left out."""
+def test_annealer_training_counts_saturated_scales_probed_again(monkeypatch):
+    """A measurement whose first round moves a scale by the largest factor and whose second
+    returns it is a re-probe; a scale in force that returns to its value of two measurements
+    before is an alternation; sources without calibration and points not in the table are left
+    out."""
     monkeypatch.syspath_prepend(ANALYSIS)
     import annealer_training as at
 
     P = at.PRESETS["full"]
 
-    def records(c_h, gamma_h):
-        return [{"step": str(25 * i), "round": "0", "layer": "0", "head": "0", "c_h": str(c),
-                 "c_J": "2", "gamma_h": str(g), "gamma_J": "nan"}
-                for i, (c, g) in enumerate(zip(c_h, gamma_h))]
+    def records(rounds):  # per measurement: (c_h, new_c_h, gamma_h) of round 0 and of round 1
+        return [{"step": str(25 * i), "round": str(k), "layer": "0", "head": "0",
+                 "c_h": str(c), "new_c_h": str(new), "gamma_h": str(g), "c_J": "2",
+                 "new_c_J": "2", "gamma_J": "nan"}
+                for i, both in enumerate(rounds) for k, (c, new, g) in enumerate(both)]
 
-    curves = {  # c_h 1 -> 8 -> 1 -> 8 -> 4: two updates in a cycle, the last not
+    probe = ((1, 8, 0.01), (8, 1, 0.03))  # up 8x, measured, back
+    curves = {
         "bracket_L8_diabatic-t0.5-cal_M64_s0": {"calibration": records(
-            [1, 8, 1, 8, 4], [0.01, 0.002, 0.03, 0.001, 0.5])},
-        "bracket_L8_diabatic-t0.5-cal_M64_s1": {"calibration": records(
-            [1, 2, 1, 2], [0.5, 0.9, 0.5, 0.9])},  # factor 2: no cycle
-        "bracket_L8_diabatic-t0.5_M64_s0": {"calibration": records([1, 1, 1], [1, 1, 1])},
+            [probe, probe, ((1, 2, 0.5), (2, 2, 0.9))])},  # the last moves by 2: no re-probe
+        "bracket_L8_diabatic-t0.5-cal_M64_s1": {"calibration": records(  # in force 1, 8, 1
+            [((1, 8, 0.1), (8, 8, 0.1)), ((8, 1, 0.1), (1, 1, 0.1)),
+             ((1, 1, 0.1), (1, 1, 0.1))])},
+        "bracket_L8_diabatic-t0.5_M64_s0": {"calibration": records([probe])},  # uncalibrated
     }
-    got = at.scale_cycles(curves, P)
+    got = at.reprobes(curves, P)
     assert set(got) == {"bracket diabatic-t0.5-cal"}
     cell = got["bracket diabatic-t0.5-cal"]
-    # updates from the third record on, c_h and c_J: (3 + 3) + (2 + 2)
-    assert (cell["cycles"], cell["updates"], cell["points"]) == (2, 10, 1)
-    assert cell["gamma_h"] == 0.03 and cell["gamma_J"] != cell["gamma_J"]  # NaN: no c_J cycle
+    # measurements: 3 per point and component
+    assert (cell["reprobes"], cell["measurements"], cell["points"]) == (2, 12, 1)
+    assert cell["alternations"] == 1
+    assert cell["gamma_h"] == 0.03 and cell["gamma_J"] != cell["gamma_J"]  # NaN: no c_J re-probe
     row = {"task": "bracket", "length": 8, "source": "diabatic-t0.5-cal",
            "method": "sampled:diabatic", "num_samples": 64, "seed": 1}
-    assert at.scale_cycles(curves, P, [row])["bracket diabatic-t0.5-cal"]["cycles"] == 0
-    text = at.markdown({"tasks": {}, "scale_cycles": got}, P)
-    assert "| bracket diabatic-t0.5-cal | 2 of 10 | 1 | 0.030 | – |" in text
+    assert at.reprobes(curves, P, [row])["bracket diabatic-t0.5-cal"]["reprobes"] == 0
+    text = at.markdown({"tasks": {}, "reprobes": got}, P)
+    assert "| bracket diabatic-t0.5-cal | 2 / 12 | 1 | 0.030 | – | 1 |" in text
