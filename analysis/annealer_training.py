@@ -481,8 +481,11 @@ def reprobes(curves, P, rows=None) -> dict:
     measurement (per layer, head and component) is a *re-probe*. For each source: the
     ``reprobes`` among the ``measurements``, the ``points`` with one, the largest ``gamma`` the
     re-probes measured at the probed scale per component (``gamma_h``, ``gamma_J``; NaN: none),
-    and ``alternations``: measurements whose scale in force (their first round's) is that of two
-    measurements before after a move by the largest factor (a scale oscillating in training)."""
+    ``alternations``: measurements whose scale in force (their first round's) is that of two
+    measurements before after a move by the largest factor (a scale oscillating in training),
+    and ``noise_rises``: measurements whose first round measured ``gamma <= 0`` and kept the
+    scale and whose second raised it by the largest factor, the scale in force after them (the
+    ratchet the calibration's second fix removed)."""
     calibrated = {s.name for s in sources(P) if s.calibrate}
     names = None if rows is None else {
         Point(r["task"], r["length"], Source(r["source"], r["method"]), r["num_samples"],
@@ -499,7 +502,7 @@ def reprobes(curves, P, rows=None) -> dict:
             continue
         cell = out.setdefault(f"{task} {src}", {
             "reprobes": 0, "measurements": 0, "points": 0, "gamma_h": math.nan,
-            "gamma_J": math.nan, "alternations": 0})
+            "gamma_J": math.nan, "alternations": 0, "noise_rises": 0})
         rounds = {}  # (layer, head) -> step -> round -> record
         for r in curve.get("calibration") or []:
             rounds.setdefault((r["layer"], r["head"]), {}).setdefault(
@@ -518,7 +521,12 @@ def reprobes(curves, P, rows=None) -> dict:
                     first, second = by_step[t][0], by_step[t][1]
                     cell["measurements"] += 1
                     c0, c1 = float(first[c_name]), float(second[c_name])
-                    if float(second["new_" + c_name]) == c0 and far(c0, c1):
+                    g0 = float(first[g_name])
+                    back = float(second["new_" + c_name])
+                    if (c1 == c0 and back >= 0.99 * _MAX_STEP * c0
+                            and not (math.isfinite(g0) and g0 > 0)):
+                        cell["noise_rises"] += 1
+                    if back == c0 and far(c0, c1):
                         found += 1
                         g = float(second[g_name])
                         if math.isfinite(g):
@@ -575,10 +583,12 @@ def markdown(S, P):
                    "measurement moved a scale by the largest factor, the second returned it)"),
                   "",
                   ("| task source | re-probes / measurements | points with one | largest γ_h "
-                   "at the probed scale | largest γ_J there | scales oscillating in training |"),
-                  "|---|---|---|---|---|---|"]
+                   "at the probed scale | largest γ_J there | scales oscillating in training | "
+                   "rises on noise |"),
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {k} | {c['reprobes']} / {c['measurements']} | {c['points']} | "
-                  f"{_f(c['gamma_h'])} | {_f(c['gamma_J'])} | {c['alternations']} |"
+                  f"{_f(c['gamma_h'])} | {_f(c['gamma_J'])} | {c['alternations']} | "
+                  f"{c['noise_rises']} |"
                   for k, c in S["reprobes"].items()]
         lines.append("")
     return "\n".join(lines)

@@ -53,6 +53,11 @@ MIN_RESPONSE = 0.25
 #: more easily than an underestimate (se 0.24 passes at gamma 1.9, not at 1.0), which biased the
 #: accepted values of weakly identified couplings upward.
 MAX_RELATIVE_SE = 0.2
+#: A measured ``gamma`` moves a scale only when it lies at least this many standard errors above
+#: 0. Past a short anneal's peak response ``gamma`` is 0 within its noise, and a noisy positive
+#: value, read as "far too hot", would raise the scale by the largest factor again and again
+#: (each time multiplying the simulation's step count by about ``_MAX_STEP^1.25``).
+MIN_SIGNIFICANCE = 2.0
 
 
 def is_measured(gamma, se, beta) -> bool:
@@ -335,6 +340,12 @@ def measure(problem, key, *, scales=None, probes=8, num_samples=1024) -> list[di
     return out
 
 
+def _responds(gamma, se, beta) -> bool:
+    """Measured (:func:`is_measured`) and at least :data:`MIN_SIGNIFICANCE` standard errors
+    above 0: a response a scale may follow."""
+    return is_measured(gamma, se, beta) and gamma >= MIN_SIGNIFICANCE * se
+
+
 def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
     """One fixed-point round toward ``gamma = beta`` per head and component, in log space:
     ``log c <- log c + (log beta - log gamma) / k`` with ``k = 1`` (``gamma`` proportional to
@@ -342,7 +353,9 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
     secant slope ``d log gamma / d log c`` (within [0.2, 2]; outside the short-anneal regime
     ``gamma`` grows slower than ``c``). A change of at most a factor 8 per round, scales within
     [1e-3, 1e4]; a component whose standard error exceeds :data:`MAX_RELATIVE_SE` times ``beta``
-    (no couplings yet, too few draws) or that is not positive keeps its value. One whose
+    (no couplings yet, too few draws) or that is not :data:`MIN_SIGNIFICANCE` standard errors
+    above 0 (no response the noise does not explain) keeps its value, and such a round gives
+    the next no slope. One whose
     measured slope is below :data:`MIN_RESPONSE` when the round would move it further the same
     way (saturation: the sampler cannot reach ``beta`` by rescaling) moves no further and takes
     the better of its two measured scales (the previous round's when that ``gamma`` was nearer
@@ -360,11 +373,11 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
                     and err < MAX_RELATIVE_SE * beta and is_measured(p[name], p[se], beta)):
                 c[n, j] = previous[0][n, j]  # no response left where the last round moved it
                 continue
-            if not is_measured(g, err, beta):
+            if not _responds(g, err, beta):
                 continue
             k = 1.0
             want = math.log(beta) - math.log(g)
-            if p is not None and math.isfinite(p[name]) and p[name] > 0:
+            if p is not None and _responds(p[name], p[se], beta):
                 dc = math.log(c[n, j] / previous[0][n, j])
                 if abs(dc) > 1e-3:
                     slope = math.log(g / p[name]) / dc

@@ -191,7 +191,8 @@ def test_annealer_training_verdict_is_the_declared_rule(monkeypatch):
 def test_annealer_training_counts_saturated_scales_probed_again(monkeypatch):
     """A measurement whose first round moves a scale by the largest factor and whose second
     returns it is a re-probe; a scale in force that returns to its value of two measurements
-    before is an alternation; sources without calibration and points not in the table are left
+    before is an alternation; one whose first round measured gamma <= 0 and whose second raised
+    the scale by the largest factor is a rise on noise; sources without calibration and points not in the table are left
     out."""
     monkeypatch.syspath_prepend(ANALYSIS)
     import annealer_training as at
@@ -211,17 +212,19 @@ def test_annealer_training_counts_saturated_scales_probed_again(monkeypatch):
         "bracket_L8_diabatic-t0.5-cal_M64_s1": {"calibration": records(  # in force 1, 8, 1
             [((1, 8, 0.1), (8, 8, 0.1)), ((8, 1, 0.1), (1, 1, 0.1)),
              ((1, 1, 0.1), (1, 1, 0.1))])},
+        "bracket_L8_diabatic-t0.5-cal_M64_s2": {"calibration": records(  # gamma <= 0, then up
+            [((1, 1, -1e-4), (1, 8, 1e-4))])},
         "bracket_L8_diabatic-t0.5_M64_s0": {"calibration": records([probe])},  # uncalibrated
     }
     got = at.reprobes(curves, P)
     assert set(got) == {"bracket diabatic-t0.5-cal"}
     cell = got["bracket diabatic-t0.5-cal"]
-    # measurements: 3 per point and component
-    assert (cell["reprobes"], cell["measurements"], cell["points"]) == (2, 12, 1)
-    assert cell["alternations"] == 1
+    # measurements: 3, 3 and 1 per point and component
+    assert (cell["reprobes"], cell["measurements"], cell["points"]) == (2, 14, 1)
+    assert cell["alternations"] == 1 and cell["noise_rises"] == 1
     assert cell["gamma_h"] == 0.03 and cell["gamma_J"] != cell["gamma_J"]  # NaN: no c_J re-probe
     row = {"task": "bracket", "length": 8, "source": "diabatic-t0.5-cal",
            "method": "sampled:diabatic", "num_samples": 64, "seed": 1}
     assert at.reprobes(curves, P, [row])["bracket diabatic-t0.5-cal"]["reprobes"] == 0
     text = at.markdown({"tasks": {}, "reprobes": got}, P)
-    assert "| bracket diabatic-t0.5-cal | 2 / 12 | 1 | 0.030 | – | 1 |" in text
+    assert "| bracket diabatic-t0.5-cal | 2 / 14 | 1 | 0.030 | – | 1 | 1 |" in text

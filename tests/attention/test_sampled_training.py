@@ -510,6 +510,16 @@ def test_updated_scales_follow_the_measured_response_and_stop_at_saturation():
     # a component measured worse than 20% keeps its value
     bad = {"head": 0, "gamma_h": 0.5, "gamma_J": 2.0, "se_h": 0.2, "se_J": 0.01}
     np.testing.assert_allclose(updated_scales(np.ones((1, 2)), [bad], 1.0), [[1.0, 0.5]])
+    # past the peak gamma is 0 within its noise: a round at or below 0 and then a small positive
+    # one (1.3 standard errors) keep the scale, instead of raising it 8x on noise
+    zero = {"head": 0, "gamma_h": -9e-5, "gamma_J": 1.0, "se_h": 1.1e-4, "se_J": 0.01}
+    noise = {"head": 0, "gamma_h": 1.47e-4, "gamma_J": 1.0, "se_h": 1.1e-4, "se_J": 0.01}
+    c6 = updated_scales(np.array([[69.0, 1.0]]), [zero], 1.0)
+    np.testing.assert_array_equal(c6, [[69.0, 1.0]])
+    np.testing.assert_array_equal(updated_scales(c6, [noise], 1.0, (c6, [zero])), [[69.0, 1.0]])
+    # two standard errors above 0 is a response: followed (by the largest factor here)
+    clear = dict(noise, gamma_h=2.2e-4)
+    np.testing.assert_allclose(updated_scales(c6, [clear], 1.0, (c6, [zero])), [[552.0, 1.0]])
 
 
 def test_qpu_offline_run_records_its_calls(tmp_path):
