@@ -352,16 +352,15 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
     ``c``: the short-anneal law) or, given the ``previous`` round's ``(scales, fits)``, the
     secant slope ``d log gamma / d log c`` (within [0.2, 2]; outside the short-anneal regime
     ``gamma`` grows slower than ``c``). A change of at most a factor 8 per round, scales within
-    [1e-3, 1e4]; a component whose standard error exceeds :data:`MAX_RELATIVE_SE` times ``beta``
-    (no couplings yet, too few draws) or that is not :data:`MIN_SIGNIFICANCE` standard errors
-    above 0 (no response the noise does not explain) keeps its value, and such a round gives
-    the next no slope. One whose
+    [1e-3, 1e4]. A component whose standard error exceeds :data:`MAX_RELATIVE_SE` times ``beta``
+    (no couplings yet, too few draws) keeps its value. One measured less than
+    :data:`MIN_SIGNIFICANCE` standard errors above 0 (no response the noise does not explain)
+    returns to the previous round's scale when that round responded (no response left where it
+    moved the scale), else keeps its value; such a round gives the next no slope. One whose
     measured slope is below :data:`MIN_RESPONSE` when the round would move it further the same
     way (saturation: the sampler cannot reach ``beta`` by rescaling) moves no further and takes
     the better of its two measured scales (the previous round's when that ``gamma`` was nearer
-    to ``beta``: past its peak a short anneal's ``gamma_h`` falls as the fields grow); one
-    measured at or below 0 (standard error within bounds) after a measured previous round
-    returns to the previous round's scale."""
+    to ``beta``: past its peak a short anneal's ``gamma_h`` falls as the fields grow)."""
     c = np.array(scales, np.float64)
     prev = {} if previous is None else {f["head"]: f for f in previous[1]}
     for f in fits:
@@ -369,8 +368,9 @@ def updated_scales(scales, fits, beta, previous=None) -> np.ndarray:
         for j, (name, se) in enumerate((("gamma_h", "se_h"), ("gamma_J", "se_J"))):
             g, err = f[name], f[se]
             p = prev.get(n)
-            if (p is not None and math.isfinite(g) and g <= 0 and math.isfinite(err)
-                    and err < MAX_RELATIVE_SE * beta and is_measured(p[name], p[se], beta)):
+            if (p is not None and math.isfinite(g) and math.isfinite(err)
+                    and err < MAX_RELATIVE_SE * beta and g < MIN_SIGNIFICANCE * err
+                    and _responds(p[name], p[se], beta)):
                 c[n, j] = previous[0][n, j]  # no response left where the last round moved it
                 continue
             if not _responds(g, err, beta):

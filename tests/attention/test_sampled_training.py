@@ -517,6 +517,13 @@ def test_updated_scales_follow_the_measured_response_and_stop_at_saturation():
     c6 = updated_scales(np.array([[69.0, 1.0]]), [zero], 1.0)
     np.testing.assert_array_equal(c6, [[69.0, 1.0]])
     np.testing.assert_array_equal(updated_scales(c6, [noise], 1.0, (c6, [zero])), [[69.0, 1.0]])
+    # after a round that responded, a gamma within two standard errors of 0 (1.7 here) at the
+    # scale it moved to is no response left: back to the previous scale
+    moved = {"head": 0, "gamma_h": 0.0366, "gamma_J": 1.0, "se_h": 0.0023, "se_J": 0.01}
+    faint = {"head": 0, "gamma_h": 0.00369, "gamma_J": 1.0, "se_h": 0.0022, "se_J": 0.01}
+    np.testing.assert_array_equal(
+        updated_scales(np.array([[802.0, 1.0]]), [faint], 1.0,
+                       (np.array([[100.0, 1.0]]), [moved])), [[100.0, 1.0]])
     # two standard errors above 0 is a response: followed (by the largest factor here)
     clear = dict(noise, gamma_h=2.2e-4)
     np.testing.assert_allclose(updated_scales(c6, [clear], 1.0, (c6, [zero])), [[552.0, 1.0]])
