@@ -523,7 +523,7 @@ def reprobes(curves, P, rows=None) -> dict:
                     c0, c1 = float(first[c_name]), float(second[c_name])
                     g0 = float(first[g_name])
                     back = float(second["new_" + c_name])
-                    if (c1 == c0 and back >= 0.99 * _MAX_STEP * c0
+                    if (c1 == c0 and back > c0 and far(c0, back)
                             and not (math.isfinite(g0) and g0 > 0)):
                         cell["noise_rises"] += 1
                     if back == c0 and far(c0, c1):
