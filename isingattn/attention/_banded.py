@@ -59,7 +59,8 @@ What makes this fast, compared with the general :func:`isingattn.exact.transfer_
   key ``k`` together with ``s_k = 1``, whose covariance with ``G`` summed over windows is
   ``da_k`` and, weighted by the window's bits, every pair ``s_k s_{k-d}`` with ``d <= r``.
 * **Causal packing** (:func:`transfer_inference`): under a causal mask rows ``t`` and
-  ``T - 1 - t`` share one chain.
+  ``T - 1 - t`` share one chain, cut out of the square by slices and reshapes
+  (:func:`_skew_pack`) whose gradient is a pad, not a scatter.
 * **A compiled forward pass and gradient on the CPU** (:mod:`isingattn._kernels.transfer`,
   ``backend="auto"`` of :func:`banded_chain_marginals`): the same recursions in numba, one head
   and up to 128 queries at a time with their messages in the core's cache (XLA streams every step's
@@ -934,6 +935,90 @@ def _causal_packing(T, S, r):
     return src, dst
 
 
+def _skew_read(x, start, step, width):
+    """``y[..., p, j] = x[..., p, start + step * p + j]`` for ``j < width`` (0 past the end of
+    ``x``'s rows; ``start + step * p >= 0`` for every row): each row read from its own offset,
+    by a flat reshape with row stride ``L + step`` (no gather)."""
+    *batch, P, L = x.shape
+    V = max(L, start + max(step, 0) * (P - 1) + width, width - step)  # no read past a row
+    flat = jnp.pad(x, [(0, 0)] * len(batch) + [(0, 0), (0, V - L)]).reshape(*batch, P * V)
+    n = P * (V + step)
+    flat = jnp.pad(flat, [(0, 0)] * len(batch) + [(0, max(0, start + n - P * V))])
+    return flat[..., start:start + n].reshape(*batch, P, V + step)[..., :width]
+
+
+def _first_keys(x, n):
+    """``x[..., :n]``, padded with zeros to ``n`` columns."""
+    L = x.shape[-1]
+    return x[..., :n] if L >= n else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n - L)])
+
+
+def _pack(a, r, fill):
+    """:func:`_skew_pack` with ``fill`` at the held keys."""
+    B, N, T, _ = a.shape
+    P, Lp = (T + 1) // 2, T + 1 + r
+    hi = jnp.flip(a[:, :, T - P:], axis=2)  # row T - 1 - p at p
+    if T % 2:  # the middle row is the first half of its chain only
+        hi = jnp.concatenate([hi[:, :, :P - 1], jnp.full_like(hi[:, :, P - 1:], fill)], 2)
+    rest = jnp.concatenate([jnp.full((B, N, P, P + r), fill, a.dtype), hi], axis=-1)
+    first = jnp.arange(Lp) <= jnp.arange(P)[:, None]  # (P, Lp): row p's own keys 0..p
+    return jnp.where(first, _first_keys(a[:, :, :P], Lp),
+                     _skew_read(rest, P - 1, -1, Lp))  # rest[p, P - 1 - p + j]
+
+
+def _unpack(x, S, r):
+    """:func:`_skew_unpack`."""
+    P, Lp = x.shape[-2:]
+    T = Lp - 1 - r
+    lo = jnp.where(jnp.arange(S) <= jnp.arange(P)[:, None], _first_keys(x, S), 0.0)
+    hi = jnp.flip(_skew_read(x, 1 + r, 1, S), axis=2)  # x[p, p + 1 + r + k]
+    return jnp.concatenate([lo, hi[:, :, T % 2:]], axis=2)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _skew_pack(a, r):
+    """Causal rows ``a`` ``(B, N, T, S)``, ``2 <= T <= S``, packed in pairs ``(p, T - 1 - p)``:
+    ``(B, N, P, T + 1 + r)`` chains, ``P = ceil(T / 2)``.
+
+    Chain ``p`` holds row ``p``'s keys ``0, ..., p``, ``r`` held keys (``-inf``: no coupling
+    reaches across them), then row ``T - 1 - p``'s keys ``0, ..., T - 1 - p`` (odd ``T``: the
+    middle row alone). The second part starts at ``p + 1 + r``: it is read from each row's
+    own offset by a reshape (:func:`_skew_read`), not gathered: the index tables of
+    :func:`_causal_packing` differentiate to a scatter. Packing and :func:`_skew_unpack` are
+    each other's transposes, and each is the other's VJP (JAX's transposes of the reshapes
+    write the flattened rows element by element)."""
+    return _pack(a, r, -jnp.inf)
+
+
+def _skew_pack_fwd(a, r):
+    return _skew_pack(a, r), jnp.zeros((0, a.shape[-1]), a.dtype)  # S, in a shape
+
+
+def _skew_pack_bwd(r, s, g):
+    return (_unpack(g, s.shape[-1], r),)
+
+
+_skew_pack.defvjp(_skew_pack_fwd, _skew_pack_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _skew_unpack(x, S, r):
+    """Inverse of :func:`_skew_pack`: chains ``x`` ``(B, N, P, T + 1 + r)`` -> rows ``(B, N, T,
+    S)``, 0 at the keys no chain holds."""
+    return _unpack(x, S, r)
+
+
+def _skew_unpack_fwd(x, S, r):
+    return _unpack(x, S, r), None
+
+
+def _skew_unpack_bwd(S, r, _, g):
+    return (_pack(g, r, 0.0),)
+
+
+_skew_unpack.defvjp(_skew_unpack_fwd, _skew_unpack_bwd)
+
+
 def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partition=False,
                        backend="auto", coupling_grad=True):
     """Marginals of every (batch, head, query) model of the layer (layout ``(B, N, T, S)``).
@@ -965,13 +1050,21 @@ def transfer_inference(h, mask, couplings, beta, r, *, causal=False, log_partiti
         # shared messages, so a row with a NaN runs as empty and comes back NaN
         bad = jnp.transpose(jnp.any(jnp.isnan(a), axis=-1, keepdims=True), (0, 2, 1, 3))
         a = jnp.where(jnp.isnan(a).any(axis=-1, keepdims=True), -jnp.inf, a)
-        src, dst = _causal_packing(T, S, r)
-        flat = jnp.moveaxis(a, 1, 2).reshape(B, N, T * S)
-        packed = jnp.where(src >= 0, jnp.take(flat, jnp.asarray(src.clip(0)), axis=-1), -jnp.inf)
+        rows = jnp.moveaxis(a, 1, 2)  # (B, N, T, S)
+        if T <= S:
+            packed = _skew_pack(rows, r)
+        else:  # rows longer than S: chains of uneven length, by index tables
+            src, dst = _causal_packing(T, S, r)
+            packed = jnp.where(src >= 0, jnp.take(rows.reshape(B, N, T * S),
+                                                  jnp.asarray(src.clip(0)), axis=-1), -jnp.inf)
         x, strong = _chain_values(jnp.moveaxis(packed, 1, 2), c,  # (B, P, N, Lp)
                                   coupling_grad, backend)
-        x = jnp.moveaxis(x, 2, 1).reshape(B, N, -1)
-        x = jnp.where(dst >= 0, jnp.take(x, jnp.asarray(dst.clip(0)), axis=-1), 0.0)
+        x = jnp.moveaxis(x, 2, 1)
+        if T <= S:
+            x = _skew_unpack(x, S, r)
+        else:
+            x = x.reshape(B, N, -1)
+            x = jnp.where(dst >= 0, jnp.take(x, jnp.asarray(dst.clip(0)), axis=-1), 0.0)
     else:
         x, strong = _chain_values(a, c, coupling_grad, backend)
         x = jnp.transpose(x, (0, 2, 1, 3))

@@ -16,6 +16,10 @@ from isingattn.attention._banded import (
     BLOCK,
     TILE_QUERIES,
     _causal_packing,
+    _pack,
+    _skew_pack,
+    _skew_unpack,
+    _unpack,
     banded_chain_log_partition,
     banded_chain_marginals,
 )
@@ -147,24 +151,56 @@ def _layer_loss(q, kk, v, p, c, method):
     return jnp.sum(jnp.sin(o)), o
 
 
-@pytest.mark.parametrize("T, S", [(5, 5), (4, 7), (7, 4)])
+@pytest.mark.parametrize("T, S", [(5, 5), (6, 6), (4, 7), (7, 4)])
 def test_causal_packing_gives_the_exact_layer(T, S):
-    """Rows packed in pairs (odd T: the middle row alone; T > S: rows longer than S) give the
-    outputs of enumeration; the gradients are checked on the square case."""
+    """Rows packed in pairs (odd T: the middle row alone; T > S: rows longer than S, by the
+    index tables) give the outputs of enumeration; the gradients are checked where the packing
+    is skewed (T <= S) and square."""
     k = jax.random.split(jax.random.key(T * 10 + S), 4)
     q = jax.random.normal(k[0], (2, T, 2, 4))
     kk, v = jax.random.normal(k[1], (2, S, 2, 4)), jax.random.normal(k[2], (2, S, 2, 4))
     c = Couplings.learned(2, "banded", bandwidth=3, key=k[3], strength=1.0)
-    if T != S:
+    if T > S:
         np.testing.assert_allclose(_layer_loss(q, kk, v, c.params, c, "transfer")[1],
                                    _layer_loss(q, kk, v, c.params, c, "exact")[1], atol=1e-13)
         return
     grad = jax.value_and_grad(_layer_loss, argnums=(0, 3), has_aux=True)
     (_, oe), ge = grad(q, kk, v, c.params, c, "exact")
     (_, ot), gt = grad(q, kk, v, c.params, c, "transfer")
+    if T != S:  # the keys' gradient too: every key of the skewed rows
+        grad = jax.value_and_grad(_layer_loss, argnums=(0, 1, 2, 3), has_aux=True)
+        (_, oe), ge = grad(q, kk, v, c.params, c, "exact")
+        (_, ot), gt = grad(q, kk, v, c.params, c, "transfer")
     np.testing.assert_allclose(ot, oe, atol=1e-13)
     for a, b in zip(gt, ge):
         np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("T, S, r", [(2, 2, 1), (5, 5, 2), (6, 6, 3), (4, 7, 2), (3, 9, 8),
+                                     (64, 64, 8)])
+def test_skewed_packing_is_the_tables_packing_and_its_own_transpose(T, S, r):
+    """The reshape-based packing (T <= S) builds the chains of the index tables bit for bit,
+    unpacking returns every allowed key and 0 elsewhere, and each one's VJP is the other's
+    linear transpose (their custom VJPs against ``jax.linear_transpose`` of the plain maps)."""
+    rng = np.random.default_rng(T * 100 + S)
+    allowed = np.tril(np.ones((T, S), bool))
+    a = np.where(allowed, rng.normal(size=(2, 3, T, S)), -np.inf)
+    src, _ = _causal_packing(T, S, r)
+    tables = np.where(src >= 0, a.reshape(2, 3, T * S)[..., src.clip(0)], -np.inf)
+    packed = np.asarray(_skew_pack(jnp.asarray(a), r))
+    np.testing.assert_array_equal(packed, tables)
+    back = _skew_unpack(jnp.asarray(np.where(np.isfinite(packed), packed, 0.0)), S, r)
+    np.testing.assert_array_equal(back, np.where(allowed, a, 0.0))
+
+    dense = jnp.asarray(rng.normal(size=(2, 3, T, S)))
+    chains = jnp.asarray(rng.normal(size=packed.shape))
+    # the plain maps (linear: packing with 0 at the held keys), transposed by JAX
+    pack = jax.linear_transpose(lambda x: _pack(x, r, 0.0), dense)
+    unpack = jax.linear_transpose(lambda y: _unpack(y, S, r), chains)
+    np.testing.assert_array_equal(jax.vjp(lambda x: _skew_pack(x, r), dense)[1](chains)[0],
+                                  pack(chains)[0])
+    np.testing.assert_array_equal(jax.vjp(lambda y: _skew_unpack(y, S, r), chains)[1](dense)[0],
+                                  unpack(dense)[0])
 
 
 def test_causal_packing_tables_cover_every_allowed_key_once():
